@@ -1,0 +1,97 @@
+// moe::Engine: load a Hugging Face MoE checkpoint and generate text.
+//
+//   auto engine = moe::Engine::open({.model_dir = "models/tiny-mixtral-shakespeare"});
+//   moe::GenerateRequest req{.prompt = "ROMEO:", .max_tokens = 32};
+//   req.sampling.temperature = 0;  // greedy
+//   auto result = engine.value()->generate(req);
+//
+// Thread-safety: one Engine serves one generate() call at a time (not re-entrant).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moe/status.h"
+
+namespace moe {
+
+struct EngineOptions {
+  std::string model_dir;  // config.json + safetensors (+ index) + tokenizer.model
+  int num_threads = 0;    // OpenMP threads for kernels; 0 = all cores
+};
+
+struct SamplingParams {
+  float temperature = 0.8f;       // 0 = greedy (argmax)
+  int top_k = 40;                 // 0 = no limit
+  float top_p = 0.95f;            // 1 = no nucleus filtering
+  std::optional<uint64_t> seed;   // same seed + same request = same tokens; unset = random
+};
+
+struct GenerateRequest {
+  std::string prompt;                  // tokenized with BOS per tokenizer_config
+  std::vector<int> prompt_token_ids;   // used instead of `prompt` when non-empty
+  int max_tokens = 128;                // new tokens at most; generation also stops at EOS
+  SamplingParams sampling;
+  bool return_prompt_logits = false;   // fill GenerateResult::prompt_logits
+  bool ignore_eos = false;             // keep generating past EOS (benchmarks)
+};
+
+struct GenerateResult {
+  std::vector<int> prompt_token_ids;
+  std::vector<int> output_token_ids;   // includes the EOS token if one ended generation
+  std::string text;                    // decoded continuation (special tokens dropped)
+  std::string finish_reason;           // "stop" (EOS) or "length" (max_tokens)
+  std::vector<float> prompt_logits;    // [vocab] logits at the last prompt position
+  double prefill_seconds = 0;
+  double decode_seconds = 0;           // all decode steps together
+};
+
+struct ModelInfo {
+  std::string model_dir;
+  std::string model_type;
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int num_layers = 0;
+  int num_experts = 0;
+  int top_k = 0;
+  int max_context = 0;                 // tokens
+  int64_t num_parameters = 0;
+  int64_t num_active_parameters = 0;   // per token (top_k experts per layer)
+  size_t weight_bytes = 0;             // all tensors, as stored
+  size_t decode_bytes_per_token = 0;   // weight bytes read per decode step (active only)
+};
+
+// Called once per new token, with the text it adds (may be empty while a multi-byte
+// character is incomplete). Return false to stop generation.
+using TokenCallback = std::function<bool(int token_id, const std::string& text_delta)>;
+
+class Engine {
+ public:
+  // Loads config, weights (memory-mapped, validated) and tokenizer. Errors name the
+  // offending file, tensor or field.
+  static StatusOr<std::unique_ptr<Engine>> open(const EngineOptions& options);
+  ~Engine();
+
+  // InvalidArgument for an empty prompt, token ids outside the vocabulary,
+  // max_tokens < 0, bad sampling values; FailedPrecondition when prompt + max_tokens
+  // exceeds the context.
+  StatusOr<GenerateResult> generate(const GenerateRequest& request, const TokenCallback& on_token = nullptr);
+
+  const ModelInfo& info() const;
+  // Sets the OpenMP thread count used by kernels (n >= 1).
+  static void set_num_threads(int n);
+  // Tokenizer access for tools.
+  std::vector<int> tokenize(const std::string& text) const;
+  std::string detokenize(const std::vector<int>& ids) const;
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moe

@@ -1,0 +1,12 @@
+// Measures this machine's memory read bandwidth, the bound on weight-streaming decode.
+#pragma once
+
+#include <cstddef>
+
+namespace moe {
+
+// Reads a `buffer_bytes` buffer (far larger than the caches) with `threads` OpenMP
+// threads, `repeats` times, and returns the best rate in bytes/second.
+double measure_read_bandwidth(size_t buffer_bytes, int threads, int repeats);
+
+}  // namespace moe

@@ -1,0 +1,68 @@
+#include "moe/engine/decoder.h"
+
+#include <algorithm>
+
+#include "moe/ops/attention.h"
+#include "moe/ops/linear.h"
+#include "moe/ops/norm.h"
+
+namespace moe {
+
+Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights)
+    : config_(config), weights_(weights), rope_(config.head_dim, config.rope_theta, config.max_position_embeddings) {}
+
+void Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+  for (int64_t done = 0; done < m; done += kMaxChunk) {
+    const int64_t n = std::min(kMaxChunk, m - done);
+    forward_chunk(tokens + done, n, start_pos + done, cache, done + n == m ? logits : nullptr);
+  }
+}
+
+void Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  auto ensure = [](std::vector<float>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+    return v.data();
+  };
+  float* x = ensure(x_, m * hidden);      // [m, hidden] residual stream
+  float* h = ensure(h_, m * hidden);      // [m, hidden] normed
+  float* q = ensure(q_, m * q_dim);       // [m, q_dim]
+  float* k = ensure(k_, m * kv_dim);      // [m, kv_dim]
+  float* v = ensure(v_, m * kv_dim);      // [m, kv_dim]
+  float* attn = ensure(attn_, m * q_dim); // [m, q_dim]
+  float* mo = ensure(moe_out_, m * hidden);
+
+  for (int64_t t = 0; t < m; ++t) {
+    convert_to_f32(weights_.embed_tokens.row(tokens[t]), weights_.embed_tokens.dtype, x + t * hidden,
+                   static_cast<size_t>(hidden));
+  }
+  AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, cache->capacity()};
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
+    rms_norm(x, L.input_norm.data(), m, hidden, eps, h);
+    linear(h, m, L.q_proj, q);
+    linear(h, m, L.k_proj, k);
+    linear(h, m, L.v_proj, v);
+    rope_.apply(q, m, q_dim, c.num_attention_heads, start_pos);
+    rope_.apply(k, m, kv_dim, c.num_key_value_heads, start_pos);
+    cache->write(l, start_pos, m, k, v);
+    causal_attention(q, m, start_pos, cache->k(l), cache->v(l), shape, attn);
+    linear(attn, m, L.o_proj, h);
+    for (int64_t i = 0; i < m * hidden; ++i) x[i] += h[i];
+
+    rms_norm(x, L.post_attention_norm.data(), m, hidden, eps, h);
+    moe_forward(c, L, h, m, &moe_ws_, mo);
+    for (int64_t i = 0; i < m * hidden; ++i) x[i] += mo[i];
+  }
+  if (logits != nullptr) {
+    const float* last = x + (m - 1) * hidden;
+    rms_norm(last, weights_.final_norm.data(), 1, hidden, eps, h);
+    linear(h, 1, weights_.lm_head, logits);
+  }
+}
+
+}  // namespace moe

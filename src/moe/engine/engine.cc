@@ -1,0 +1,215 @@
+#include "moe/engine.h"
+
+#include <omp.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "moe/core/clock.h"
+#include "moe/core/logging.h"
+#include "moe/core/mapped_file.h"
+#include "moe/engine/decoder.h"
+#include "moe/engine/kv_cache.h"
+#include "moe/engine/sampler.h"
+#include "moe/model/checkpoint.h"
+#include "moe/model/config.h"
+#include "moe/model/tokenizer.h"
+#include "moe/model/weights.h"
+
+namespace moe {
+
+struct Engine::Impl {
+  ModelConfig config;
+  Checkpoint checkpoint;
+  ModelWeights weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Decoder> decoder;
+  ModelInfo info;
+};
+
+namespace {
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Adds generation_config.json's eos_token_id(s), as transformers does for generate().
+void merge_generation_config(const std::string& dir, ModelConfig* config) {
+  auto text = read_text_file(dir + "/generation_config.json");
+  if (!text.ok()) return;
+  auto j = nlohmann::json::parse(text.value(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return;
+  auto add = [&](const nlohmann::json& v) {
+    if (v.is_number_integer()) {
+      int id = v.get<int>();
+      if (id >= 0 && id < config->vocab_size && !config->is_eos(id)) config->eos_token_ids.push_back(id);
+    }
+  };
+  if (j["eos_token_id"].is_array()) {
+    for (const auto& v : j["eos_token_id"]) add(v);
+  } else {
+    add(j["eos_token_id"]);
+  }
+}
+
+ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const Checkpoint& ckpt) {
+  ModelInfo info;
+  info.model_dir = dir;
+  info.model_type = c.model_type;
+  info.vocab_size = c.vocab_size;
+  info.hidden_size = c.hidden_size;
+  info.num_layers = c.num_hidden_layers;
+  info.num_experts = c.router.num_experts;
+  info.top_k = c.router.top_k;
+  info.max_context = c.max_position_embeddings;
+  info.weight_bytes = ckpt.total_bytes();
+  int64_t total = 0;
+  for (const auto& shard : ckpt.shards()) {
+    for (const auto& [name, view] : shard->tensors()) total += view.numel();
+  }
+  info.num_parameters = total;
+  const ExpertWeights& e0 = w.layers[0].experts[0];
+  const int64_t expert_params = e0.w1.rows * e0.w1.cols + e0.w2.rows * e0.w2.cols + e0.w3.rows * e0.w3.cols;
+  const int64_t inactive = static_cast<int64_t>(c.router.num_experts - c.router.top_k) * expert_params * c.num_hidden_layers;
+  info.num_active_parameters = total - inactive;
+  // Bytes streamed per decode token: every non-expert matrix, top_k experts per layer,
+  // the lm_head, one embedding row. (Norm vectors are negligible.)
+  size_t bytes = w.lm_head.bytes() + static_cast<size_t>(c.hidden_size) * dtype_size(w.embed_tokens.dtype);
+  for (const auto& L : w.layers) {
+    bytes += L.q_proj.bytes() + L.k_proj.bytes() + L.v_proj.bytes() + L.o_proj.bytes() + L.router.bytes();
+    bytes += static_cast<size_t>(c.router.top_k) * L.experts[0].bytes();
+  }
+  info.decode_bytes_per_token = bytes;
+  return info;
+}
+
+// Bytes at the end of `s` that start an incomplete UTF-8 sequence or are U+FFFD from
+// a partial byte-fallback character: held back while streaming.
+size_t unstable_suffix(const std::string& s) {
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  if (s.size() >= 3 && s.compare(s.size() - 3, 3, kReplacement) == 0) return 3;
+  return 0;
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  const std::string& dir = options.model_dir;
+  if (!is_directory(dir)) return not_found("model directory not found: " + dir);
+  auto impl = std::make_unique<Impl>();
+  MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
+  merge_generation_config(dir, &impl->config);
+  MOE_ASSIGN_OR_RETURN(impl->checkpoint, Checkpoint::open(dir));
+  MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, impl->checkpoint));
+  MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(dir));
+  if (impl->tokenizer->vocab_size() > impl->config.vocab_size) {
+    return invalid_argument(dir + "/tokenizer.model has " + std::to_string(impl->tokenizer->vocab_size()) +
+                            " pieces, more than config.json vocab_size " +
+                            std::to_string(impl->config.vocab_size));
+  }
+  impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights);
+  impl->info = make_info(dir, impl->config, impl->weights, impl->checkpoint);
+  MOE_LOG_INFO("loaded {} ({}): {} layers, {} experts (top-{}), {:.2f}M parameters ({:.2f}M active), {:.1f} MB",
+               dir, impl->config.model_type, impl->config.num_hidden_layers, impl->config.router.num_experts,
+               impl->config.router.top_k, impl->info.num_parameters / 1e6, impl->info.num_active_parameters / 1e6,
+               impl->info.weight_bytes / 1e6);
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+const ModelInfo& Engine::info() const { return impl_->info; }
+void Engine::set_num_threads(int n) { omp_set_num_threads(n > 0 ? n : 1); }
+std::vector<int> Engine::tokenize(const std::string& text) const { return impl_->tokenizer->encode(text); }
+std::string Engine::detokenize(const std::vector<int>& ids) const { return impl_->tokenizer->decode(ids); }
+
+StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const TokenCallback& on_token) {
+  const ModelConfig& c = impl_->config;
+  const SamplingParams& sp = req.sampling;
+  if (!(sp.temperature >= 0.0f) || !std::isfinite(sp.temperature)) {
+    return invalid_argument("temperature must be a finite number >= 0 (got " + std::to_string(sp.temperature) + ")");
+  }
+  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) {
+    return invalid_argument("top_p must be in (0, 1] (got " + std::to_string(sp.top_p) + ")");
+  }
+  if (sp.top_k < 0) return invalid_argument("top_k must be >= 0 (got " + std::to_string(sp.top_k) + ")");
+  if (req.max_tokens < 0) {
+    return invalid_argument("max_tokens must be >= 0 (got " + std::to_string(req.max_tokens) + ")");
+  }
+  GenerateResult result;
+  if (!req.prompt_token_ids.empty()) {
+    result.prompt_token_ids = req.prompt_token_ids;
+  } else {
+    if (req.prompt.empty()) return invalid_argument("prompt is empty");
+    result.prompt_token_ids = impl_->tokenizer->encode(req.prompt);
+  }
+  const auto& prompt = result.prompt_token_ids;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= c.vocab_size) {
+      return invalid_argument("prompt token id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
+                              " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    }
+  }
+  const int64_t context = c.max_position_embeddings;
+  const int64_t needed = static_cast<int64_t>(prompt.size()) + req.max_tokens;
+  if (needed > context) {
+    return failed_precondition("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                               std::to_string(req.max_tokens) + ") = " + std::to_string(needed) +
+                               " exceeds the model's context of " + std::to_string(context) + " tokens");
+  }
+
+  const uint64_t seed = sp.seed ? *sp.seed : std::random_device{}();
+  Sampler sampler(sp.temperature, sp.top_k, sp.top_p, seed);
+  KVCache cache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, std::max<int64_t>(needed, 1));
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+
+  const double t0 = now_seconds();
+  impl_->decoder->forward(prompt.data(), static_cast<int64_t>(prompt.size()), 0, &cache, logits.data());
+  const double t1 = now_seconds();
+  result.prefill_seconds = t1 - t0;
+  if (req.return_prompt_logits) result.prompt_logits = logits;
+
+  const std::string prompt_text = on_token ? impl_->tokenizer->decode(prompt) : std::string();
+  size_t emitted = 0;  // bytes of the continuation already streamed
+  std::vector<int> all = prompt;
+  result.finish_reason = "length";
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  for (int i = 0; i < req.max_tokens; ++i) {
+    const int token = sampler.sample(logits.data(), c.vocab_size);
+    result.output_token_ids.push_back(token);
+    all.push_back(token);
+    const bool eos = !req.ignore_eos && c.is_eos(token);
+    bool keep_going = true;
+    if (on_token) {
+      std::string full = impl_->tokenizer->decode(all);
+      std::string cont = full.size() >= prompt_text.size() ? full.substr(prompt_text.size()) : std::string();
+      const size_t stable = (eos || i + 1 == req.max_tokens) ? cont.size() : cont.size() - unstable_suffix(cont);
+      std::string delta = stable > emitted ? cont.substr(emitted, stable - emitted) : std::string();
+      emitted = std::max(emitted, stable);
+      keep_going = on_token(token, delta);
+    }
+    if (eos) {
+      result.finish_reason = "stop";
+      break;
+    }
+    if (!keep_going || i + 1 == req.max_tokens) break;
+    impl_->decoder->forward(&token, 1, pos, &cache, logits.data());
+    ++pos;
+  }
+  result.decode_seconds = now_seconds() - t1;
+  // Text of the continuation, decoded with the prompt as context so the first word's
+  // leading space is kept (as vLLM's incremental detokenizer does).
+  const std::string prompt_decoded = impl_->tokenizer->decode(prompt);
+  const std::string full = impl_->tokenizer->decode(all);
+  result.text = full.compare(0, prompt_decoded.size(), prompt_decoded) == 0 ? full.substr(prompt_decoded.size())
+                                                                             : impl_->tokenizer->decode(result.output_token_ids);
+  return result;
+}
+
+}  // namespace moe

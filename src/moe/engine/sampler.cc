@@ -1,0 +1,63 @@
+#include "moe/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace moe {
+
+int argmax(const float* x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+Sampler::Sampler(float temperature, int top_k, float top_p, uint64_t seed)
+    : temperature_(temperature), top_k_(top_k), top_p_(top_p), rng_(seed) {}
+
+int Sampler::sample(const float* logits, int vocab) {
+  if (temperature_ <= 0.0f) return argmax(logits, vocab);
+  order_.resize(static_cast<size_t>(vocab));
+  std::iota(order_.begin(), order_.end(), 0);
+  const int k = (top_k_ > 0 && top_k_ < vocab) ? top_k_ : vocab;
+  auto by_logit = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  if (k < vocab) {
+    std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
+  } else {
+    std::sort(order_.begin(), order_.end(), by_logit);
+  }
+  // Softmax over the k candidates at this temperature.
+  probs_.resize(static_cast<size_t>(k));
+  const float mx = logits[order_[0]];
+  double sum = 0;
+  for (int i = 0; i < k; ++i) {
+    probs_[static_cast<size_t>(i)] = std::exp((logits[order_[static_cast<size_t>(i)]] - mx) / temperature_);
+    sum += probs_[static_cast<size_t>(i)];
+  }
+  // Nucleus: the smallest prefix whose mass reaches top_p (at least one token).
+  int keep = k;
+  if (top_p_ < 1.0f) {
+    double cum = 0;
+    for (int i = 0; i < k; ++i) {
+      cum += probs_[static_cast<size_t>(i)] / sum;
+      if (cum >= top_p_) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; ++i) kept += probs_[static_cast<size_t>(i)];
+  std::uniform_real_distribution<double> uni(0.0, kept);
+  const double r = uni(rng_);
+  double acc = 0;
+  for (int i = 0; i < keep; ++i) {
+    acc += probs_[static_cast<size_t>(i)];
+    if (r < acc) return order_[static_cast<size_t>(i)];
+  }
+  return order_[static_cast<size_t>(keep - 1)];
+}
+
+}  // namespace moe

@@ -1,0 +1,31 @@
+// Token sampling from logits: greedy, temperature, top-k, top-p (nucleus; Holtzman et
+// al. 2020), applied in that order as in vLLM and llama.cpp. Deterministic per seed.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace moe {
+
+class Sampler {
+ public:
+  // temperature 0 = greedy; top_k 0 = off; top_p 1 = off. Values are validated by the
+  // engine before a Sampler is built.
+  Sampler(float temperature, int top_k, float top_p, uint64_t seed);
+
+  // Picks a token from logits [vocab]. Greedy ties go to the lowest id.
+  int sample(const float* logits, int vocab);
+
+ private:
+  float temperature_;
+  int top_k_;
+  float top_p_;
+  std::mt19937_64 rng_;
+  std::vector<int> order_;
+  std::vector<float> probs_;
+};
+
+int argmax(const float* x, int n);
+
+}  // namespace moe

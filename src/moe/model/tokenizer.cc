@@ -1,0 +1,57 @@
+#include "moe/model/tokenizer.h"
+
+#include <sys/stat.h>
+
+#include <nlohmann/json.hpp>
+#include <sentencepiece_processor.h>
+
+#include "moe/core/mapped_file.h"
+
+namespace moe {
+
+Tokenizer::Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
+Tokenizer::~Tokenizer() = default;
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& dir) {
+  const std::string model_path = dir + "/tokenizer.model";
+  MOE_ASSIGN_OR_RETURN(std::string blob, read_text_file(model_path));
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  auto st = tok->sp_->LoadFromSerializedProto(blob);
+  if (!st.ok()) return data_loss(model_path + ": not a valid SentencePiece model (" + st.ToString() + ")");
+
+  const std::string config_path = dir + "/tokenizer_config.json";
+  struct stat sb {};
+  if (::stat(config_path.c_str(), &sb) == 0) {
+    MOE_ASSIGN_OR_RETURN(std::string text, read_text_file(config_path));
+    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return data_loss(config_path + ": not a valid JSON object");
+    if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) tok->add_bos_ = j["add_bos_token"];
+    if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) tok->add_eos_ = j["add_eos_token"];
+  }
+  return tok;
+}
+
+std::vector<int> Tokenizer::encode(const std::string& text) const {
+  std::vector<int> ids;
+  sp_->Encode(text, &ids).IgnoreError();  // never fails on a loaded model
+  if (add_bos_ && bos_id() >= 0) ids.insert(ids.begin(), bos_id());
+  if (add_eos_ && eos_id() >= 0) ids.push_back(eos_id());
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids) const {
+  std::vector<int> valid;
+  valid.reserve(ids.size());
+  for (int id : ids) {
+    if (id >= 0 && id < vocab_size()) valid.push_back(id);
+  }
+  std::string out;
+  sp_->Decode(valid, &out).IgnoreError();
+  return out;
+}
+
+int Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int Tokenizer::bos_id() const { return sp_->bos_id(); }
+int Tokenizer::eos_id() const { return sp_->eos_id(); }
+
+}  // namespace moe

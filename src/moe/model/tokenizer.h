@@ -1,0 +1,41 @@
+// Tokenizer: SentencePiece (`tokenizer.model`, Llama/Mixtral style) through the
+// sentencepiece library. BOS/EOS insertion follows tokenizer_config.json's
+// add_bos_token / add_eos_token (defaults: true / false, as LlamaTokenizer).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moe/status.h"
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace moe {
+
+class Tokenizer {
+ public:
+  // Loads `<dir>/tokenizer.model` and, if present, `<dir>/tokenizer_config.json`.
+  // NotFound / DataLoss naming the file.
+  static StatusOr<std::unique_ptr<Tokenizer>> load(const std::string& dir);
+  ~Tokenizer();
+
+  // Text -> ids, with BOS (and EOS) per tokenizer_config.
+  std::vector<int> encode(const std::string& text) const;
+  // Ids -> text; special tokens (BOS/EOS/UNK control pieces) are dropped.
+  std::string decode(const std::vector<int>& ids) const;
+  int vocab_size() const;
+  int bos_id() const;
+  int eos_id() const;
+  bool add_bos() const { return add_bos_; }
+
+ private:
+  Tokenizer();
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  bool add_bos_ = true;
+  bool add_eos_ = false;
+};
+
+}  // namespace moe

@@ -1,0 +1,40 @@
+#include "moe/model/weight_names.h"
+
+namespace moe {
+
+WeightNames weight_names_for(ModelFamily family) {
+  WeightNames n;
+  n.embed_tokens = "model.embed_tokens.weight";
+  n.final_norm = "model.norm.weight";
+  n.lm_head = "lm_head.weight";
+  n.layer_prefix = "model.layers.";
+  n.input_norm = "input_layernorm.weight";
+  n.post_attention_norm = "post_attention_layernorm.weight";
+  n.q_proj = "self_attn.q_proj.weight";
+  n.k_proj = "self_attn.k_proj.weight";
+  n.v_proj = "self_attn.v_proj.weight";
+  n.o_proj = "self_attn.o_proj.weight";
+  switch (family) {
+    case ModelFamily::kMixtral:
+      // transformers/models/mixtral/modeling_mixtral.py: MixtralSparseMoeBlock
+      n.router = "block_sparse_moe.gate.weight";
+      n.expert_prefix = "block_sparse_moe.experts.";
+      n.expert_w1 = "w1.weight";
+      n.expert_w2 = "w2.weight";
+      n.expert_w3 = "w3.weight";
+      break;
+    case ModelFamily::kQwen2Moe:
+    case ModelFamily::kQwen3Moe:
+    case ModelFamily::kDeepseekV3:
+      // Qwen/DeepSeek MoE blocks: mlp.gate, mlp.experts.{j}.{gate,down,up}_proj
+      n.router = "mlp.gate.weight";
+      n.expert_prefix = "mlp.experts.";
+      n.expert_w1 = "gate_proj.weight";
+      n.expert_w2 = "down_proj.weight";
+      n.expert_w3 = "up_proj.weight";
+      break;
+  }
+  return n;
+}
+
+}  // namespace moe

@@ -1,0 +1,28 @@
+// Hugging Face tensor names per architecture family (the "weight name table").
+#pragma once
+
+#include <string>
+
+#include "moe/model/config.h"
+
+namespace moe {
+
+struct WeightNames {
+  std::string embed_tokens, final_norm, lm_head;
+  // Per-layer suffixes, under "<layer_prefix><i>.".
+  std::string layer_prefix;
+  std::string input_norm, post_attention_norm, q_proj, k_proj, v_proj, o_proj, router;
+  // Expert tensors: "<layer>.<expert_prefix><j>.<w1|w2|w3>".
+  std::string expert_prefix, expert_w1, expert_w2, expert_w3;
+
+  std::string layer(int l, const std::string& suffix) const {
+    return layer_prefix + std::to_string(l) + "." + suffix;
+  }
+  std::string expert(int l, int e, const std::string& suffix) const {
+    return layer_prefix + std::to_string(l) + "." + expert_prefix + std::to_string(e) + "." + suffix;
+  }
+};
+
+WeightNames weight_names_for(ModelFamily family);
+
+}  // namespace moe

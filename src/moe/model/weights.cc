@@ -1,0 +1,89 @@
+#include "moe/model/weights.h"
+
+#include "moe/model/weight_names.h"
+
+namespace moe {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+StatusOr<const TensorView*> get_checked(const Checkpoint& ckpt, const std::string& name,
+                                        const std::vector<int64_t>& expected_shape) {
+  MOE_ASSIGN_OR_RETURN(const TensorView* view, ckpt.get(name));
+  if (view->shape != expected_shape) {
+    return invalid_argument("tensor '" + name + "' in " + view->file + " has shape " +
+                            view->shape_string() + " but config.json implies " +
+                            shape_str(expected_shape));
+  }
+  if (!view->dtype) {
+    return invalid_argument("tensor '" + name + "' in " + view->file + " has dtype " +
+                            view->dtype_name + "; supported: F32, BF16, F16");
+  }
+  return view;
+}
+
+StatusOr<Weight2D> matrix(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
+  MOE_ASSIGN_OR_RETURN(const TensorView* view, get_checked(ckpt, name, {rows, cols}));
+  Weight2D w;
+  w.data = view->data;
+  w.dtype = *view->dtype;
+  w.rows = rows;
+  w.cols = cols;
+  return w;
+}
+
+StatusOr<std::vector<float>> vector_f32(const Checkpoint& ckpt, const std::string& name, int64_t n) {
+  MOE_ASSIGN_OR_RETURN(const TensorView* view, get_checked(ckpt, name, {n}));
+  std::vector<float> out(static_cast<size_t>(n));
+  convert_to_f32(view->data, *view->dtype, out.data(), out.size());
+  return out;
+}
+
+}  // namespace
+
+StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt,
+                                    const ExpertFilter& want_expert) {
+  const WeightNames names = weight_names_for(c.family);
+  const int64_t hidden = c.hidden_size;
+  const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
+  const int64_t inter = c.intermediate_size;
+
+  ModelWeights w;
+  MOE_ASSIGN_OR_RETURN(w.embed_tokens, matrix(ckpt, names.embed_tokens, c.vocab_size, hidden));
+  w.layers.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    MOE_ASSIGN_OR_RETURN(L.input_norm, vector_f32(ckpt, names.layer(l, names.input_norm), hidden));
+    MOE_ASSIGN_OR_RETURN(L.post_attention_norm,
+                         vector_f32(ckpt, names.layer(l, names.post_attention_norm), hidden));
+    MOE_ASSIGN_OR_RETURN(L.q_proj, matrix(ckpt, names.layer(l, names.q_proj), q_dim, hidden));
+    MOE_ASSIGN_OR_RETURN(L.k_proj, matrix(ckpt, names.layer(l, names.k_proj), kv_dim, hidden));
+    MOE_ASSIGN_OR_RETURN(L.v_proj, matrix(ckpt, names.layer(l, names.v_proj), kv_dim, hidden));
+    MOE_ASSIGN_OR_RETURN(L.o_proj, matrix(ckpt, names.layer(l, names.o_proj), hidden, q_dim));
+    MOE_ASSIGN_OR_RETURN(L.router,
+                         matrix(ckpt, names.layer(l, names.router), c.router.num_experts, hidden));
+    L.experts.resize(static_cast<size_t>(c.router.num_experts));
+    for (int e = 0; e < c.router.num_experts; ++e) {
+      if (want_expert && !want_expert(l, e)) continue;
+      ExpertWeights& E = L.experts[static_cast<size_t>(e)];
+      MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, names.expert(l, e, names.expert_w1), inter, hidden));
+      MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, names.expert(l, e, names.expert_w2), hidden, inter));
+      MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, names.expert(l, e, names.expert_w3), inter, hidden));
+      E.loaded = true;
+    }
+  }
+  MOE_ASSIGN_OR_RETURN(w.final_norm, vector_f32(ckpt, names.final_norm, hidden));
+  if (c.tie_word_embeddings && !ckpt.contains(names.lm_head)) {
+    w.lm_head = w.embed_tokens;
+  } else {
+    MOE_ASSIGN_OR_RETURN(w.lm_head, matrix(ckpt, names.lm_head, c.vocab_size, hidden));
+  }
+  return w;
+}
+
+}  // namespace moe

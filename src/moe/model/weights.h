@@ -1,0 +1,54 @@
+// The decoder's weights, bound by name from a checkpoint and checked against the config.
+//
+// Matrices stay in the mapped files in their stored dtype (no f32 copies); the small
+// 1-D norm weights are converted to f32 vectors.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moe/model/checkpoint.h"
+#include "moe/model/config.h"
+#include "moe/status.h"
+#include "moe/tensor/weight.h"
+
+namespace moe {
+
+// One SwiGLU expert: out = w2(silu(w1 x) * w3 x).
+struct ExpertWeights {
+  Weight2D w1;  // gate_proj [intermediate, hidden]
+  Weight2D w2;  // down_proj [hidden, intermediate]
+  Weight2D w3;  // up_proj   [intermediate, hidden]
+  bool loaded = false;  // false for experts that live on another rank
+  size_t bytes() const { return w1.bytes() + w2.bytes() + w3.bytes(); }
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm;           // [hidden]
+  std::vector<float> post_attention_norm;  // [hidden]
+  Weight2D q_proj;                         // [heads * head_dim, hidden]
+  Weight2D k_proj;                         // [kv_heads * head_dim, hidden]
+  Weight2D v_proj;                         // [kv_heads * head_dim, hidden]
+  Weight2D o_proj;                         // [hidden, heads * head_dim]
+  Weight2D router;                         // [num_experts, hidden]
+  std::vector<ExpertWeights> experts;      // [num_experts]
+};
+
+struct ModelWeights {
+  Weight2D embed_tokens;          // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;  // [hidden]
+  Weight2D lm_head;               // [vocab, hidden] (embed_tokens when tied)
+};
+
+// Which experts this process holds; default: all of them.
+using ExpertFilter = std::function<bool(int layer, int expert)>;
+
+// Binds every tensor the config's family needs. Errors (NotFound for a missing
+// tensor, InvalidArgument for a wrong shape or an unsupported dtype) name the tensor,
+// its file, and the expected vs found shape.
+StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& ckpt,
+                                    const ExpertFilter& want_expert = nullptr);
+
+}  // namespace moe

@@ -1,0 +1,31 @@
+// y = x W^T, the projection of every Linear layer, for weights in f32/bf16/f16.
+//
+//   x: [m, k] f32 row-major (m tokens), W: [n, k] (Weight2D, stored dtype), y: [m, n] f32.
+//
+// Small m (decode, m <= kGemvMaxTokens) runs our AVX2 GEMV kernel, which reads each
+// weight row once for all m tokens and converts bf16/f16 in registers: decode is bound
+// by weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
+// Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
+// OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32.
+// Rows of W are split over OpenMP threads; the result for a given row does not depend
+// on the thread count. Call from outside any OpenMP parallel region.
+#pragma once
+
+#include <cstdint>
+
+#include "moe/tensor/weight.h"
+
+namespace moe {
+
+inline constexpr int64_t kGemvMaxTokens = 4;
+
+void linear(const float* x, int64_t m, const Weight2D& w, float* y);
+
+// Explicit paths (exposed for tests and benchmarks).
+void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y);
+void linear_gemm(const float* x, int64_t m, const Weight2D& w, float* y);
+
+// Dot product of f32 x[k] with row r of W, single-threaded (used by small kernels).
+float dot_row(const float* x, const Weight2D& w, int64_t r);
+
+}  // namespace moe

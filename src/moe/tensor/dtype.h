@@ -1,0 +1,49 @@
+// Element types of weights and activations, and conversions to f32.
+//
+// Weights stay in their on-disk dtype (bf16/f16/f32) in memory-mapped files; kernels
+// read them directly and compute in f32. bf16 -> f32 is exact (shift into the high
+// half); f32 -> bf16 rounds to nearest even (as PyTorch does).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace moe {
+
+enum class DType : uint8_t { kF32, kBF16, kF16 };
+
+// Bytes per element.
+size_t dtype_size(DType dtype);
+// Safetensors spelling: "F32", "BF16", "F16".
+const char* dtype_name(DType dtype);
+// Parses a safetensors dtype string; nullopt for anything else (e.g. "I64", "F8_E4M3").
+std::optional<DType> parse_dtype(std::string_view name);
+
+inline float bf16_to_f32(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Round to nearest even; NaN stays NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+// IEEE binary16 -> f32 (subnormals, inf, NaN handled).
+float f16_to_f32(uint16_t v);
+// f32 -> IEEE binary16, round to nearest even.
+uint16_t f32_to_f16(float f);
+
+// dst[i] = float(src[i]) for n elements of `dtype` (vectorised with AVX2/F16C).
+void convert_to_f32(const void* src, DType dtype, float* dst, size_t n);
+
+}  // namespace moe

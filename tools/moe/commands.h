@@ -1,0 +1,24 @@
+// Subcommands of the `moe` binary. Each add_* registers its flags on `parent` and
+// returns the function that runs it (exit status: 0 ok, 1 error, 2 bad usage).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace moe::cli {
+
+using RunFn = std::function<int()>;
+
+RunFn add_generate_command(CLI::App& parent);
+RunFn add_bench_generate_command(CLI::App& bench);
+
+// The model shipped in the repository, found relative to the working directory, the
+// binary, or the source tree.
+std::string default_model_dir();
+
+// Prints "error: <message>" to stderr and returns 1.
+int fail(const std::string& message);
+
+}  // namespace moe::cli

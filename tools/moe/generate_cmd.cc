@@ -1,0 +1,108 @@
+// moe generate: text from a prompt, streamed, or one JSON object with --format json.
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "moe/engine.h"
+
+namespace moe::cli {
+namespace {
+
+struct GenerateFlags {
+  std::string model;
+  std::string prompt;
+  int max_tokens = 128;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  int64_t seed = -1;
+  std::string format = "text";
+  std::string logits_out;
+  int threads = 0;
+};
+
+int run_generate(const GenerateFlags& f) {
+  if (f.prompt.empty()) return fail("--prompt is empty; give the text to continue");
+  if (f.max_tokens < 0) return fail("--max-tokens must be >= 0 (got " + std::to_string(f.max_tokens) + ")");
+  if (f.threads < 0) return fail("--threads must be >= 0 (got " + std::to_string(f.threads) + ")");
+  auto engine = Engine::open({.model_dir = f.model.empty() ? default_model_dir() : f.model, .num_threads = f.threads});
+  if (!engine.ok()) return fail(engine.status().message());
+  if (f.max_tokens > engine.value()->info().max_context) {
+    return fail("--max-tokens " + std::to_string(f.max_tokens) + " exceeds the model's context of " +
+                std::to_string(engine.value()->info().max_context) + " tokens");
+  }
+  GenerateRequest req;
+  req.prompt = f.prompt;
+  req.max_tokens = f.max_tokens;
+  req.sampling.temperature = f.temperature;
+  req.sampling.top_k = f.top_k;
+  req.sampling.top_p = f.top_p;
+  if (f.seed >= 0) req.sampling.seed = static_cast<uint64_t>(f.seed);
+  req.return_prompt_logits = !f.logits_out.empty();
+
+  const bool text_mode = f.format == "text";
+  TokenCallback stream;
+  if (text_mode) {
+    std::fputs(f.prompt.c_str(), stdout);
+    std::fflush(stdout);
+    stream = [](int, const std::string& delta) {
+      std::fputs(delta.c_str(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  auto result = engine.value()->generate(req, stream);
+  if (!result.ok()) {
+    if (text_mode) std::fputs("\n", stdout);
+    std::string msg = result.status().message();
+    return fail(msg);
+  }
+  const GenerateResult& r = result.value();
+  if (!f.logits_out.empty()) {
+    std::ofstream out(f.logits_out, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(r.prompt_logits.data()),
+              static_cast<std::streamsize>(r.prompt_logits.size() * sizeof(float)));
+    if (!out) return fail("cannot write --logits-out file " + f.logits_out);
+  }
+  if (text_mode) {
+    std::fputs("\n", stdout);
+    const double prefill_tps = r.prefill_seconds > 0 ? r.prompt_token_ids.size() / r.prefill_seconds : 0;
+    const size_t steps = r.output_token_ids.empty() ? 0 : r.output_token_ids.size() - 1;
+    const double decode_tps = r.decode_seconds > 0 ? steps / r.decode_seconds : 0;
+    std::fprintf(stderr, "[prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | finish: %s]\n",
+                 r.prompt_token_ids.size(), prefill_tps, r.output_token_ids.size(), decode_tps,
+                 r.finish_reason.c_str());
+  } else {
+    nlohmann::json j;
+    j["prompt_token_ids"] = r.prompt_token_ids;
+    j["output_token_ids"] = r.output_token_ids;
+    j["text"] = r.text;
+    j["finish_reason"] = r.finish_reason;
+    // Invalid UTF-8 (a cut multi-byte character) is replaced, never thrown.
+    std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_generate_command(CLI::App& app) {
+  auto f = std::make_shared<GenerateFlags>();
+  app.add_option("--model", f->model, "Model directory (HF format); default: the shipped tiny-mixtral-shakespeare");
+  app.add_option("--prompt", f->prompt, "Text to continue")->required();
+  app.add_option("--max-tokens", f->max_tokens, "New tokens at most (stops earlier at EOS)")->capture_default_str();
+  app.add_option("--temperature", f->temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  app.add_option("--top-k", f->top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();
+  app.add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1]; 1 = off")->capture_default_str();
+  app.add_option("--seed", f->seed, "Random seed (reproducible output); default: random");
+  app.add_option("--format", f->format, "Output: text (streamed) or json (one object)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--logits-out", f->logits_out, "Write the last prompt position's logits (f32 little-endian)");
+  app.add_option("--threads", f->threads, "CPU threads; 0 = all cores")->capture_default_str();
+  return [f] { return run_generate(*f); };
+}
+
+}  // namespace moe::cli

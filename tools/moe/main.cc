@@ -1,0 +1,61 @@
+// moe: the command-line front end of moe-engine. One file per subcommand.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <sys/stat.h>
+
+#include "commands.h"
+#include "moe/core/logging.h"
+
+namespace moe::cli {
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+std::string default_model_dir() {
+  const std::string rel = "models/tiny-mixtral-shakespeare";
+  struct stat st {};
+  if (::stat(rel.c_str(), &st) == 0) return rel;
+  char exe[PATH_MAX] = {0};
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    std::string dir(exe, static_cast<size_t>(n));
+    for (int up = 0; up < 3; ++up) {
+      dir = dir.substr(0, dir.rfind('/'));
+      std::string candidate = dir + "/" + rel;
+      if (::stat(candidate.c_str(), &st) == 0) return candidate;
+    }
+  }
+  return std::string(MOE_SOURCE_DIR) + "/" + rel;
+}
+
+}  // namespace moe::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"moe: Mixture-of-Experts inference engine (generate, bench)"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
+
+  std::function<int()> run;
+  auto* generate = app.add_subcommand("generate", "Generate text from a prompt");
+  auto run_generate = moe::cli::add_generate_command(*generate);
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto* bench_generate = bench->add_subcommand("generate", "Prefill and decode tokens/s vs the memory-bandwidth bound");
+  auto run_bench_generate = moe::cli::add_bench_generate_command(*bench_generate);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (!moe::init_logging(log_level)) return moe::cli::fail("--log-level: unknown level '" + log_level + "'");
+  if (generate->parsed()) return run_generate();
+  if (bench_generate->parsed()) return run_bench_generate();
+  return 2;
+}
