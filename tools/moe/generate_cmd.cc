@@ -1,4 +1,5 @@
 // moe generate: text from a prompt, streamed, or one JSON object with --format json.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -27,6 +28,14 @@ int run_generate(const GenerateFlags& f) {
   if (f.prompt.empty()) return fail("--prompt is empty; give the text to continue");
   if (f.max_tokens < 0) return fail("--max-tokens must be >= 0 (got " + std::to_string(f.max_tokens) + ")");
   if (f.threads < 0) return fail("--threads must be >= 0 (got " + std::to_string(f.threads) + ")");
+  // Sampling flags are checked here, before loading the model, so the message names the flag.
+  if (!(f.temperature >= 0.0f) || !std::isfinite(f.temperature)) {
+    return fail("--temperature must be a finite number >= 0 (got " + std::to_string(f.temperature) + ")");
+  }
+  if (f.top_k < 0) return fail("--top-k must be >= 0 (got " + std::to_string(f.top_k) + ")");
+  if (!(f.top_p > 0.0f && f.top_p <= 1.0f)) {
+    return fail("--top-p must be in (0, 1] (got " + std::to_string(f.top_p) + ")");
+  }
   auto engine = Engine::open({.model_dir = f.model.empty() ? default_model_dir() : f.model, .num_threads = f.threads});
   if (!engine.ok()) return fail(engine.status().message());
   if (f.max_tokens > engine.value()->info().max_context) {

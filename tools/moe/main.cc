@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help / --version exit 0; any usage error exits 2 (commands.h), not CLI11's 1xx codes.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   if (!moe::init_logging(log_level)) return moe::cli::fail("--log-level: unknown level '" + log_level + "'");
   if (generate->parsed()) return run_generate();

@@ -1,6 +1,7 @@
 #include "moe/model/config.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 
@@ -95,12 +96,20 @@ Status parse_common(const json& j, const FieldReader& r, ModelConfig* c) {
       return invalid_argument(src + ": field 'eos_token_id' must be a token id or a list of ids (got " +
                               e.dump() + ")");
     };
+    // Range-checked before narrowing to int, so 2^32 + 2 is not silently read as 2.
+    auto add = [&](const json& x) {
+      if (!x.is_number_integer()) return false;
+      const int64_t id = x.get<int64_t>();
+      if (x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)) return false;
+      if (id < INT32_MIN || id > INT32_MAX) return false;
+      c->eos_token_ids.push_back(static_cast<int>(id));
+      return true;
+    };
     if (e.is_number_integer()) {
-      c->eos_token_ids.push_back(e.get<int>());
+      if (!add(e)) return bad();
     } else if (e.is_array()) {
       for (const auto& x : e) {
-        if (!x.is_number_integer()) return bad();
-        c->eos_token_ids.push_back(x.get<int>());
+        if (!add(x)) return bad();
       }
     } else {
       return bad();

@@ -134,7 +134,9 @@ StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     view.data = data_begin + begin;
     view.nbytes = end - begin;
     auto [pos, inserted] = out.tensors_.emplace(name, std::move(view));
-    spans.push_back({begin, end, &pos->first});
+    // Empty spans hold no bytes; left in the list they would hide an overlap between
+    // the non-empty spans on either side of them.
+    if (end > begin) spans.push_back({begin, end, &pos->first});
   }
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < spans.size(); ++i) {

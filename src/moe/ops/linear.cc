@@ -52,31 +52,46 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// y[t, r] for rows [r0, r1) and M tokens: each weight row is read once.
-template <DType D, int M>
+// y[t, r] for rows [r0, r1) and M tokens: each weight row is read once. R rows are
+// processed together with U accumulators each, so R*M*U independent FMA chains hide
+// the FMA latency (decode GEMV is otherwise latency-bound on small k).
+template <DType D, int M, int R, int U>
 void gemv_rows(const float* x, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
   const int64_t k = w.cols;
   const size_t es = dtype_size(D);
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* row = w.row(r);
-    __m256 acc0[M], acc1[M];
-    for (int t = 0; t < M; ++t) {
-      acc0[t] = _mm256_setzero_ps();
-      acc1[t] = _mm256_setzero_ps();
-    }
-    int64_t i = 0;
-    for (; i + 16 <= k; i += 16) {
-      __m256 w0 = load8<D>(row + i * es);
-      __m256 w1 = load8<D>(row + (i + 8) * es);
-      for (int t = 0; t < M; ++t) {
-        acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * k + i), acc0[t]);
-        acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * k + i + 8), acc1[t]);
+  constexpr int kStep = 8 * U;
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    const uint8_t* rows[R];
+    for (int i = 0; i < R; ++i) rows[i] = w.row(r + i);
+    __m256 acc[R][M][U];
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < M; ++t)
+        for (int u = 0; u < U; ++u) acc[i][t][u] = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + kStep <= k; j += kStep) {
+      for (int u = 0; u < U; ++u) {
+        __m256 xv[M];
+        for (int t = 0; t < M; ++t) xv[t] = _mm256_loadu_ps(x + t * k + j + 8 * u);
+        for (int i = 0; i < R; ++i) {
+          const __m256 wv = load8<D>(rows[i] + (j + 8 * u) * es);
+          for (int t = 0; t < M; ++t) acc[i][t][u] = _mm256_fmadd_ps(wv, xv[t], acc[i][t][u]);
+        }
       }
     }
-    for (int t = 0; t < M; ++t) {
-      float s = hsum(_mm256_add_ps(acc0[t], acc1[t]));
-      for (int64_t j = i; j < k; ++j) s += load1<D>(row + j * es) * x[t * k + j];
-      y[t * w.rows + r] = s;
+    for (int i = 0; i < R; ++i) {
+      for (int t = 0; t < M; ++t) {
+        __m256 a = acc[i][t][0];
+        for (int u = 1; u < U; ++u) a = _mm256_add_ps(a, acc[i][t][u]);
+        float s = hsum(a);
+        for (int64_t jj = j; jj < k; ++jj) s += load1<D>(rows[i] + jj * es) * x[t * k + jj];
+        y[t * w.rows + r + i] = s;
+      }
+    }
+  }
+  if (r < r1) {
+    if constexpr (R > 1) {
+      gemv_rows<D, M, 1, U>(x, w, y, r, r1);
     }
   }
 }
@@ -84,10 +99,10 @@ void gemv_rows(const float* x, const Weight2D& w, float* y, int64_t r0, int64_t 
 template <DType D>
 void gemv_dispatch_m(const float* x, int64_t m, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
   switch (m) {
-    case 1: gemv_rows<D, 1>(x, w, y, r0, r1); break;
-    case 2: gemv_rows<D, 2>(x, w, y, r0, r1); break;
-    case 3: gemv_rows<D, 3>(x, w, y, r0, r1); break;
-    case 4: gemv_rows<D, 4>(x, w, y, r0, r1); break;
+    case 1: gemv_rows<D, 1, 4, 2>(x, w, y, r0, r1); break;
+    case 2: gemv_rows<D, 2, 4, 1>(x, w, y, r0, r1); break;
+    case 3: gemv_rows<D, 3, 2, 1>(x, w, y, r0, r1); break;
+    case 4: gemv_rows<D, 4, 2, 1>(x, w, y, r0, r1); break;
     default: MOE_CHECK(false && "gemv supports m <= 4");
   }
 }

@@ -16,7 +16,7 @@ namespace moe {
 enum class DType : uint8_t { kF32, kBF16, kF16 };
 
 // Bytes per element.
-size_t dtype_size(DType dtype);
+inline size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 // Safetensors spelling: "F32", "BF16", "F16".
 const char* dtype_name(DType dtype);
 // Parses a safetensors dtype string; nullopt for anything else (e.g. "I64", "F8_E4M3").

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs dependencies (Debian 12 packages), builds moe-engine, and runs generation on
+# the model shipped in models/. Usage: ./scripts/setup.sh [--no-run]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libopenblas-openmp-dev      # GEMM (sgemm), OpenMP build
+  libsentencepiece-dev        # tokenizer
+  nlohmann-json3-dev libcli11-dev libspdlog-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "==> installing: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+echo "==> building (build/)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
+
+if [ "${1:-}" != "--no-run" ]; then
+  echo "==> generating with the shipped model (models/tiny-mixtral-shakespeare)"
+  ./build/moe generate --prompt "ROMEO:" --max-tokens 64 --temperature 0.8 --seed 42
+fi
