@@ -44,9 +44,8 @@ void Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVC
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     rms_norm(x, L.input_norm.data(), m, hidden, eps, h);
-    linear(h, m, L.q_proj, q);
-    linear(h, m, L.k_proj, k);
-    linear(h, m, L.v_proj, v);
+    const LinearJob qkv[3] = {{h, m, &L.q_proj, q}, {h, m, &L.k_proj, k}, {h, m, &L.v_proj, v}};
+    linear_many(qkv, 3);
     rope_.apply(q, m, q_dim, c.num_attention_heads, start_pos);
     rope_.apply(k, m, kv_dim, c.num_key_value_heads, start_pos);
     cache->write(l, start_pos, m, k, v);

@@ -53,32 +53,47 @@ void moe_forward(const ModelConfig& config, const LayerWeights& layer, const flo
   route_softmax_topk(logits, num_tokens, rc, topk_idx, topk_w);
   group_by_expert(topk_idx, topk_w, num_tokens, k, rc.num_experts, &ws->groups);
 
-  std::memset(out, 0, static_cast<size_t>(num_tokens * hidden) * sizeof(float));
+  // Grouped GEMM: every assignment's input row, grouped by expert, in one buffer; the
+  // experts' projections then run as one batch of jobs per stage (w1+w3, then w2).
   const ExpertGroups& g = ws->groups;
+  const int64_t n_assign = num_tokens * k;
+  float* xe = grow(ws->gathered, static_cast<size_t>(n_assign * hidden));  // [n_assign, hidden]
+  for (int64_t i = 0; i < n_assign; ++i) {
+    std::memcpy(xe + i * hidden, x + static_cast<int64_t>(g.token_idx[static_cast<size_t>(i)]) * hidden,
+                static_cast<size_t>(hidden) * sizeof(float));
+  }
+  float* gate = grow(ws->gate, static_cast<size_t>(n_assign * inter));        // [n_assign, inter]
+  float* up = grow(ws->up, static_cast<size_t>(n_assign * inter));            // [n_assign, inter]
+  float* ye = grow(ws->expert_out, static_cast<size_t>(n_assign * hidden));  // [n_assign, hidden]
+  std::vector<LinearJob>& jobs = ws->jobs;
+  jobs.clear();
   for (int e = 0; e < rc.num_experts; ++e) {
-    const int n = g.tokens_per_expert[static_cast<size_t>(e)];
+    const int64_t n = g.tokens_per_expert[static_cast<size_t>(e)];
     if (n == 0) continue;
     const ExpertWeights& ew = layer.experts[static_cast<size_t>(e)];
     MOE_CHECK(ew.loaded);
-    const int begin = g.offsets[static_cast<size_t>(e)];
-    float* xe = grow(ws->gathered, static_cast<size_t>(n * hidden));  // [n, hidden]
-    for (int i = 0; i < n; ++i) {
-      std::memcpy(xe + i * hidden, x + static_cast<int64_t>(g.token_idx[static_cast<size_t>(begin + i)]) * hidden,
-                  static_cast<size_t>(hidden) * sizeof(float));
-    }
-    float* gate = grow(ws->gate, static_cast<size_t>(n * inter));  // [n, inter]
-    float* up = grow(ws->up, static_cast<size_t>(n * inter));      // [n, inter]
-    linear(xe, n, ew.w1, gate);
-    linear(xe, n, ew.w3, up);
-    silu_mul(gate, up, n * inter, gate);
-    float* ye = grow(ws->expert_out, static_cast<size_t>(n * hidden));  // [n, hidden]
-    linear(gate, n, ew.w2, ye);
-    for (int i = 0; i < n; ++i) {
-      const float w = g.weight[static_cast<size_t>(begin + i)];
-      float* dst = out + static_cast<int64_t>(g.token_idx[static_cast<size_t>(begin + i)]) * hidden;
-      const float* src = ye + i * hidden;
-      for (int64_t h = 0; h < hidden; ++h) dst[h] += w * src[h];
-    }
+    const int64_t begin = g.offsets[static_cast<size_t>(e)];
+    jobs.push_back({xe + begin * hidden, n, &ew.w1, gate + begin * inter});
+    jobs.push_back({xe + begin * hidden, n, &ew.w3, up + begin * inter});
+  }
+  linear_many(jobs.data(), jobs.size());
+  silu_mul(gate, up, n_assign * inter, gate);
+  jobs.clear();
+  for (int e = 0; e < rc.num_experts; ++e) {
+    const int64_t n = g.tokens_per_expert[static_cast<size_t>(e)];
+    if (n == 0) continue;
+    const int64_t begin = g.offsets[static_cast<size_t>(e)];
+    jobs.push_back({gate + begin * inter, n, &layer.experts[static_cast<size_t>(e)].w2, ye + begin * hidden});
+  }
+  linear_many(jobs.data(), jobs.size());
+
+  // Combine: each token's expert outputs, weighted, summed in expert order.
+  std::memset(out, 0, static_cast<size_t>(num_tokens * hidden) * sizeof(float));
+  for (int64_t i = 0; i < n_assign; ++i) {
+    const float w = g.weight[static_cast<size_t>(i)];
+    float* dst = out + static_cast<int64_t>(g.token_idx[static_cast<size_t>(i)]) * hidden;
+    const float* src = ye + i * hidden;
+    for (int64_t h = 0; h < hidden; ++h) dst[h] += w * src[h];
   }
 }
 

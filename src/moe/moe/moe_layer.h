@@ -8,6 +8,7 @@
 
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
+#include "moe/ops/linear.h"
 
 namespace moe {
 
@@ -27,6 +28,7 @@ void group_by_expert(const int* topk_idx, const float* topk_weights, int64_t num
 struct MoeWorkspace {
   std::vector<float> router_logits, topk_weights, gathered, gate, up, expert_out;
   std::vector<int> topk_idx;
+  std::vector<LinearJob> jobs;
   ExpertGroups groups;
 };
 

@@ -115,9 +115,85 @@ void gemv_range(const float* x, int64_t m, const Weight2D& w, float* y, int64_t 
   }
 }
 
-// Below this many weight bytes a matrix is done by one thread: the fork/join costs
-// more than it saves.
-constexpr size_t kParallelMinBytes = 96 * 1024;
+// Below this many weight bytes (summed over a call's jobs) the work is done by one
+// thread: the fork/join costs more than it saves.
+constexpr size_t kParallelMinBytes = 48 * 1024;
+// GEMV work items cover this many rows.
+constexpr int64_t kGemvBlockRows = 64;
+// GEMM work items convert about this many bytes of f32 weights at a time: large enough
+// that OpenBLAS's packing of x is amortised, small enough to stay in L3.
+constexpr int64_t kGemmBlockBytes = 1 << 20;
+
+bool use_gemv(int64_t m) { return m <= kGemvMaxTokens; }
+
+int64_t block_rows(const LinearJob& job) {
+  if (use_gemv(job.m)) return kGemvBlockRows;
+  const int64_t rows = kGemmBlockBytes / (4 * job.w->cols) / 16 * 16;
+  return std::max<int64_t>(16, rows);
+}
+
+// One work item: rows [r0, r1) of one job.
+void run_item(const LinearJob& job, int64_t r0, int64_t r1, bool force_gemm, std::vector<float>* scratch) {
+  const Weight2D& w = *job.w;
+  if (!force_gemm && use_gemv(job.m)) {
+    gemv_range(job.x, job.m, w, job.y, r0, r1);
+    return;
+  }
+  const int64_t k = w.cols, rows = r1 - r0;
+  const float* wf;
+  if (w.dtype == DType::kF32) {
+    wf = reinterpret_cast<const float*>(w.row(r0));
+  } else {
+    if (scratch->size() < static_cast<size_t>(rows * k)) scratch->resize(static_cast<size_t>(rows * k));
+    convert_to_f32(w.row(r0), w.dtype, scratch->data(), static_cast<size_t>(rows * k));
+    wf = scratch->data();
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(job.m), static_cast<int>(rows),
+              static_cast<int>(k), 1.0f, job.x, static_cast<int>(k), wf, static_cast<int>(k), 0.0f, job.y + r0,
+              static_cast<int>(w.rows));
+}
+
+void linear_many_impl(const LinearJob* jobs, size_t num_jobs, bool force_gemm) {
+  struct Item {
+    uint32_t job;
+    int64_t r0, r1;
+  };
+  // Small, reused per calling thread: no allocation in the steady state.
+  static thread_local std::vector<Item> items;
+  items.clear();
+  size_t total_bytes = 0;
+  int64_t max_m = 0;
+  for (size_t j = 0; j < num_jobs; ++j) {
+    const LinearJob& job = jobs[j];
+    if (job.m <= 0) continue;
+    MOE_CHECK(force_gemm || !use_gemv(job.m) || job.m <= kGemvMaxTokens);
+    total_bytes += job.w->bytes();
+    max_m = std::max(max_m, job.m);
+    const int64_t block = force_gemm ? std::max<int64_t>(16, kGemmBlockBytes / (4 * job.w->cols) / 16 * 16)
+                                     : block_rows(job);
+    for (int64_t r0 = 0; r0 < job.w->rows; r0 += block) {
+      items.push_back({static_cast<uint32_t>(j), r0, std::min(job.w->rows, r0 + block)});
+    }
+  }
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  const bool parallel = n_items > 1 && omp_get_max_threads() > 1 &&
+                        (total_bytes >= kParallelMinBytes || max_m * static_cast<int64_t>(total_bytes) >= (64 << 20));
+  if (!parallel) {
+    static thread_local std::vector<float> scratch;
+    for (const Item& it : items) run_item(jobs[it.job], it.r0, it.r1, force_gemm, &scratch);
+    return;
+  }
+  const Item* item_ptr = items.data();
+#pragma omp parallel
+  {
+    static thread_local std::vector<float> scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_items; ++i) {
+      const Item& it = item_ptr[i];
+      run_item(jobs[it.job], it.r0, it.r1, force_gemm, &scratch);
+    }
+  }
+}
 
 }  // namespace
 
@@ -130,61 +206,22 @@ float dot_row(const float* x, const Weight2D& w, int64_t r) {
   return y;
 }
 
+void linear_many(const LinearJob* jobs, size_t num_jobs) { linear_many_impl(jobs, num_jobs, false); }
+
+void linear(const float* x, int64_t m, const Weight2D& w, float* y) {
+  const LinearJob job{x, m, &w, y};
+  linear_many_impl(&job, 1, false);
+}
+
 void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y) {
   MOE_CHECK(m >= 1 && m <= kGemvMaxTokens);
-  const int threads = w.bytes() < kParallelMinBytes ? 1 : omp_get_max_threads();
-  if (threads == 1) {
-    gemv_range(x, m, w, y, 0, w.rows);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int nt = omp_get_num_threads();
-    const int tid = omp_get_thread_num();
-    // Contiguous row blocks, multiples of 8 rows, one per thread.
-    const int64_t per = ((w.rows + nt - 1) / nt + 7) / 8 * 8;
-    const int64_t r0 = std::min<int64_t>(w.rows, per * tid);
-    const int64_t r1 = std::min<int64_t>(w.rows, r0 + per);
-    if (r0 < r1) gemv_range(x, m, w, y, r0, r1);
-  }
+  const LinearJob job{x, m, &w, y};
+  linear_many_impl(&job, 1, false);
 }
 
 void linear_gemm(const float* x, int64_t m, const Weight2D& w, float* y) {
-  const int64_t n = w.rows, k = w.cols;
-  if (w.dtype == DType::kF32) {
-    // Already f32: one sgemm, OpenBLAS threads it with OpenMP.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                static_cast<int>(k), 1.0f, x, static_cast<int>(k), static_cast<const float*>(w.data),
-                static_cast<int>(k), 0.0f, y, static_cast<int>(n));
-    return;
-  }
-  // Row blocks of W (~256 KiB of f32, so a block stays in L2) converted per thread.
-  const int64_t block = std::max<int64_t>(16, std::min<int64_t>(n, (256 * 1024 / 4) / k / 16 * 16));
-  const int64_t num_blocks = (n + block - 1) / block;
-  const int threads = (w.bytes() < kParallelMinBytes && m < 64) ? 1 : omp_get_max_threads();
-#pragma omp parallel num_threads(threads)
-  {
-    static thread_local std::vector<float> scratch;
-    if (scratch.size() < static_cast<size_t>(block * k)) scratch.resize(static_cast<size_t>(block * k));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < num_blocks; ++b) {
-      const int64_t r0 = b * block;
-      const int64_t rows = std::min(block, n - r0);
-      convert_to_f32(w.row(r0), w.dtype, scratch.data(), static_cast<size_t>(rows * k));
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(rows),
-                  static_cast<int>(k), 1.0f, x, static_cast<int>(k), scratch.data(), static_cast<int>(k),
-                  0.0f, y + r0, static_cast<int>(n));
-    }
-  }
-}
-
-void linear(const float* x, int64_t m, const Weight2D& w, float* y) {
-  if (m <= 0) return;
-  if (m <= kGemvMaxTokens) {
-    linear_gemv(x, m, w, y);
-  } else {
-    linear_gemm(x, m, w, y);
-  }
+  const LinearJob job{x, m, &w, y};
+  linear_many_impl(&job, 1, true);
 }
 
 }  // namespace moe

@@ -7,10 +7,11 @@
 // by weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
 // Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
 // OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32.
-// Rows of W are split over OpenMP threads; the result for a given row does not depend
+// Rows of W are split over OpenMP threads in fixed blocks; the result does not depend
 // on the thread count. Call from outside any OpenMP parallel region.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "moe/tensor/weight.h"
@@ -20,6 +21,17 @@ namespace moe {
 inline constexpr int64_t kGemvMaxTokens = 4;
 
 void linear(const float* x, int64_t m, const Weight2D& w, float* y);
+
+// Several independent projections in one parallel region (e.g. q/k/v, or the w1/w3 of
+// every active expert): their row blocks are shared out over the threads together,
+// which costs one fork/join instead of one per matrix. Jobs must not overlap in `y`.
+struct LinearJob {
+  const float* x;      // [m, k]
+  int64_t m;           // tokens (0 = skip)
+  const Weight2D* w;   // [n, k]
+  float* y;            // [m, n]
+};
+void linear_many(const LinearJob* jobs, size_t num_jobs);
 
 // Explicit paths (exposed for tests and benchmarks).
 void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y);
