@@ -52,7 +52,8 @@ struct StTensor {
   std::string bytes;  // raw little-endian data
 };
 
-// A well-formed file: tensors laid out back to back in the given order.
+// A well-formed file: tensors laid out back to back in the given order (put larger
+// element sizes first to keep every tensor aligned, as real writers do).
 inline std::string serialize_safetensors(const std::vector<StTensor>& tensors,
                                          const nlohmann::json& metadata = nullptr) {
   nlohmann::json header = nlohmann::json::object();
@@ -64,7 +65,11 @@ inline std::string serialize_safetensors(const std::vector<StTensor>& tensors,
     data += t.bytes;
   }
   if (!metadata.is_null()) header["__metadata__"] = metadata;
-  return serialize_safetensors_raw(header, data);
+  // Like the safetensors library: pad the header with spaces so the data section starts
+  // 8-byte aligned (tensors of the same element size then stay aligned too).
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return serialize_safetensors_raw(text, data);
 }
 
 template <typename T>

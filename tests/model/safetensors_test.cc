@@ -243,11 +243,12 @@ TEST_F(SafetensorsTest, ValidFileReadsBackExactValues) {
   const std::vector<uint16_t> bf16 = {0x3f80, 0xc000, 0x3f00, 0x4049};
   const std::vector<uint16_t> f16 = {0x3c00, 0xc000, 0x3800, 0x7bff, 0x0001, 0x2e66};
   const std::string path = dir_.file("valid.safetensors");
-  write_file(path, serialize_safetensors({{"w.f32", "F32", {2, 3}, to_bytes(f32)},
-                                          {"w.bf16", "BF16", {4}, to_bytes(bf16)},
-                                          {"w.f16", "F16", {3, 2}, to_bytes(f16)},
+  // Larger element sizes first, so every tensor is aligned to its element size.
+  write_file(path, serialize_safetensors({{"w.ids", "I64", {2}, to_bytes(std::vector<int64_t>{7, -1})},
+                                          {"w.f32", "F32", {2, 3}, to_bytes(f32)},
                                           {"w.empty", "F32", {0, 5}, ""},
-                                          {"w.ids", "I64", {2}, to_bytes(std::vector<int64_t>{7, -1})}},
+                                          {"w.bf16", "BF16", {4}, to_bytes(bf16)},
+                                          {"w.f16", "F16", {3, 2}, to_bytes(f16)}},
                                          json{{"format", "pt"}, {"ignored_number", 3}}));
   auto file = SafetensorsFile::open(path);
   ASSERT_TRUE(file.ok()) << file.status().to_string();
@@ -257,6 +258,10 @@ TEST_F(SafetensorsTest, ValidFileReadsBackExactValues) {
   EXPECT_EQ(file->metadata().at("format"), "pt");
   EXPECT_EQ(file->find("absent"), nullptr);
   EXPECT_EQ(file->find("__metadata__"), nullptr);
+
+  for (const auto& [name, view] : file->tensors()) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(view.data) % (view.nbytes ? view.nbytes / view.numel() : 1), 0u) << name;
+  }
 
   const TensorView* a = file->find("w.f32");
   ASSERT_NE(a, nullptr);

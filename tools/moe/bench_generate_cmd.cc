@@ -43,7 +43,7 @@ int run_bench(const BenchFlags& f) {
   if (!engine_or.ok()) return fail(engine_or.status().message());
   Engine& engine = *engine_or.value();
   const ModelInfo& info = engine.info();
-  if (f.prompt_tokens + f.gen_tokens > info.max_context) {
+  if (static_cast<int64_t>(f.prompt_tokens) + f.gen_tokens > info.max_context) {  // no int overflow
     return fail("--prompt-tokens + --gen-tokens exceeds the model's context of " + std::to_string(info.max_context));
   }
   std::printf("model: %s (%s), %.1fM parameters, %.1fM active per token, weights %.1f MB\n", info.model_dir.c_str(),

@@ -50,7 +50,7 @@ void convert_to_f32(const void* src, DType dtype, float* dst, size_t n) {
   size_t i = 0;
   switch (dtype) {
     case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
+      if (n > 0) std::memcpy(dst, src, n * sizeof(float));
       return;
     case DType::kBF16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);

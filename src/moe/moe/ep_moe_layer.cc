@@ -1,0 +1,248 @@
+#include "moe/moe/ep_moe_layer.h"
+
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "moe/core/clock.h"
+#include "moe/tensor/dtype.h"
+
+namespace moe {
+
+namespace {
+
+// One micro-batch's exchange state; buffers are reused across calls.
+struct MicroBatch {
+  int64_t t0 = 0, n = 0;  // token range [t0, t0 + n)
+  DispatchLayout layout;
+  std::vector<int64_t> send_rows, recv_rows;
+  std::vector<size_t> send_bytes, recv_bytes, back_send_bytes, back_recv_bytes;
+  std::vector<uint8_t> send_buf, recv_buf, back_send_buf, back_recv_buf;
+  std::vector<float> recv_x, recv_w, y;
+  std::vector<int> recv_e;
+  int64_t num_recv = 0;
+  std::unique_ptr<CommRequest> request;
+  double started = 0;
+};
+
+}  // namespace
+
+struct EpWorkspace {
+  MoeWorkspace moe;
+  ExpertWorkspace experts;
+  MicroBatch mb[2];
+};
+
+void EpWorkspaceDeleter::operator()(EpWorkspace* ws) const { delete ws; }
+EpWorkspacePtr make_ep_workspace() { return EpWorkspacePtr(new EpWorkspace()); }
+
+namespace {
+
+template <typename T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+struct Ctx {
+  const ModelConfig& config;
+  const LayerWeights& layer;
+  const EpContext& ep;
+  EpWorkspace* ws;
+  EpTimings* timings;
+  int64_t hidden;
+  int top_k;
+  size_t act_bytes;  // bytes per activation element on the wire
+  size_t row_bytes;  // dispatch row: activations + top_k ids + top_k weights
+};
+
+void pack_activations(const float* src, int64_t n, bool bf16, uint8_t* dst) {
+  if (!bf16) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+}
+
+void unpack_activations(const uint8_t* src, int64_t n, bool bf16, float* dst) {
+  if (!bf16) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  convert_to_f32(src, DType::kBF16, dst, static_cast<size_t>(n));
+}
+
+// Layout, counts exchange, packed send buffer.
+Status prepare(Ctx& c, MicroBatch& mb, const float* x, const int* topk_idx, const float* topk_w) {
+  Communicator& comm = *c.ep.comm;
+  const int R = comm.size();
+  MOE_RETURN_IF_ERROR(compute_dispatch_layout(topk_idx + mb.t0 * c.top_k, topk_w + mb.t0 * c.top_k,
+                                              static_cast<int>(mb.n), c.top_k, c.ep.placement, &mb.layout));
+  mb.send_rows.assign(mb.layout.num_tokens_per_rank.begin(), mb.layout.num_tokens_per_rank.end());
+  mb.recv_rows.assign(static_cast<size_t>(R), 0);
+  MOE_RETURN_IF_ERROR(comm.alltoall_int64(mb.send_rows.data(), mb.recv_rows.data()));
+  mb.send_bytes.resize(static_cast<size_t>(R));
+  mb.recv_bytes.resize(static_cast<size_t>(R));
+  mb.num_recv = 0;
+  for (int r = 0; r < R; ++r) {
+    mb.send_bytes[static_cast<size_t>(r)] = static_cast<size_t>(mb.send_rows[static_cast<size_t>(r)]) * c.row_bytes;
+    mb.recv_bytes[static_cast<size_t>(r)] = static_cast<size_t>(mb.recv_rows[static_cast<size_t>(r)]) * c.row_bytes;
+    mb.num_recv += mb.recv_rows[static_cast<size_t>(r)];
+  }
+  const int64_t total_send = mb.layout.total_send();
+  uint8_t* send = grow(mb.send_buf, static_cast<size_t>(total_send) * c.row_bytes + 1);
+  const bool bf16 = c.ep.options.a2a_bf16;
+  for (int64_t row = 0; row < total_send; ++row) {
+    uint8_t* dst = send + static_cast<size_t>(row) * c.row_bytes;
+    const int64_t token = mb.t0 + mb.layout.send_token_idx[static_cast<size_t>(row)];
+    pack_activations(x + token * c.hidden, c.hidden, bf16, dst);
+    std::memcpy(dst + c.hidden * c.act_bytes, mb.layout.send_expert.data() + row * c.top_k,
+                static_cast<size_t>(c.top_k) * sizeof(int));
+    std::memcpy(dst + c.hidden * c.act_bytes + c.top_k * sizeof(int), mb.layout.send_weight.data() + row * c.top_k,
+                static_cast<size_t>(c.top_k) * sizeof(float));
+  }
+  grow(mb.recv_buf, static_cast<size_t>(mb.num_recv) * c.row_bytes + 1);
+  if (c.timings) c.timings->bytes_sent += static_cast<int64_t>(total_send * c.row_bytes);
+  return ok_status();
+}
+
+Status start_dispatch(Ctx& c, MicroBatch& mb) {
+  mb.started = now_seconds();
+  MOE_ASSIGN_OR_RETURN(mb.request, c.ep.comm->ialltoallv(mb.send_buf.data(), mb.send_bytes, mb.recv_buf.data(),
+                                                         mb.recv_bytes));
+  return ok_status();
+}
+
+Status wait_request(Ctx& c, MicroBatch& mb) {
+  const double t0 = now_seconds();
+  Status st = mb.request->wait();
+  mb.request.reset();
+  if (c.timings) {
+    const double t1 = now_seconds();
+    c.timings->comm_wait_seconds += t1 - t0;
+    c.timings->exchange_seconds += t1 - mb.started;
+  }
+  return st;
+}
+
+// Polls the other micro-batch's exchange so it progresses during compute.
+void poke(MicroBatch* other) {
+  if (other != nullptr && other->request) (void)other->request->test();
+}
+
+Status finish_dispatch_and_compute(Ctx& c, MicroBatch& mb, MicroBatch* other) {
+  MOE_RETURN_IF_ERROR(wait_request(c, mb));
+  const int64_t n = mb.num_recv;
+  float* rx = grow(mb.recv_x, static_cast<size_t>(n * c.hidden) + 1);
+  int* re = grow(mb.recv_e, static_cast<size_t>(n * c.top_k) + 1);
+  float* rw = grow(mb.recv_w, static_cast<size_t>(n * c.top_k) + 1);
+  const bool bf16 = c.ep.options.a2a_bf16;
+  const int me = c.ep.comm->rank();
+  const int num_experts = c.config.router.num_experts;
+  for (int64_t row = 0; row < n; ++row) {
+    const uint8_t* src = mb.recv_buf.data() + static_cast<size_t>(row) * c.row_bytes;
+    unpack_activations(src, c.hidden, bf16, rx + row * c.hidden);
+    std::memcpy(re + row * c.top_k, src + c.hidden * c.act_bytes, static_cast<size_t>(c.top_k) * sizeof(int));
+    std::memcpy(rw + row * c.top_k, src + c.hidden * c.act_bytes + c.top_k * sizeof(int),
+                static_cast<size_t>(c.top_k) * sizeof(float));
+    for (int j = 0; j < c.top_k; ++j) {
+      const int e = re[row * c.top_k + j];
+      if (e >= num_experts || (e >= 0 && c.ep.placement.rank_of(e) != me)) {
+        return internal_error("rank " + std::to_string(me) + " received a row for expert " + std::to_string(e) +
+                              ", which it does not hold (ranks disagree on the expert placement)");
+      }
+    }
+  }
+  poke(other);
+  const double t0 = now_seconds();
+  float* y = grow(mb.y, static_cast<size_t>(n * c.hidden) + 1);
+  grouped_expert_ffn(c.config, c.layer, rx, n, re, rw, c.top_k, &c.ws->experts, y);
+  if (c.timings) c.timings->compute_seconds += now_seconds() - t0;
+  poke(other);
+  return ok_status();
+}
+
+Status start_combine(Ctx& c, MicroBatch& mb) {
+  const int R = c.ep.comm->size();
+  const size_t out_row = static_cast<size_t>(c.hidden) * c.act_bytes;
+  mb.back_send_bytes.resize(static_cast<size_t>(R));
+  mb.back_recv_bytes.resize(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    mb.back_send_bytes[static_cast<size_t>(r)] = static_cast<size_t>(mb.recv_rows[static_cast<size_t>(r)]) * out_row;
+    mb.back_recv_bytes[static_cast<size_t>(r)] = static_cast<size_t>(mb.send_rows[static_cast<size_t>(r)]) * out_row;
+  }
+  uint8_t* send = grow(mb.back_send_buf, static_cast<size_t>(mb.num_recv) * out_row + 1);
+  pack_activations(mb.y.data(), mb.num_recv * c.hidden, c.ep.options.a2a_bf16, send);
+  grow(mb.back_recv_buf, static_cast<size_t>(mb.layout.total_send()) * out_row + 1);
+  mb.started = now_seconds();
+  MOE_ASSIGN_OR_RETURN(mb.request, c.ep.comm->ialltoallv(send, mb.back_send_bytes, mb.back_recv_buf.data(),
+                                                         mb.back_recv_bytes));
+  if (c.timings) c.timings->bytes_sent += static_cast<int64_t>(mb.num_recv * out_row);
+  return ok_status();
+}
+
+// Sums the returned partial results into out, rank by rank (ascending).
+Status finish_combine(Ctx& c, MicroBatch& mb, float* out) {
+  MOE_RETURN_IF_ERROR(wait_request(c, mb));
+  const size_t out_row = static_cast<size_t>(c.hidden) * c.act_bytes;
+  std::vector<float>& tmp = c.ws->moe.router_logits;  // scratch row
+  if (tmp.size() < static_cast<size_t>(c.hidden)) tmp.resize(static_cast<size_t>(c.hidden));
+  for (int64_t row = 0; row < mb.layout.total_send(); ++row) {
+    unpack_activations(mb.back_recv_buf.data() + static_cast<size_t>(row) * out_row, c.hidden, c.ep.options.a2a_bf16,
+                       tmp.data());
+    float* dst = out + (mb.t0 + mb.layout.send_token_idx[static_cast<size_t>(row)]) * c.hidden;
+    for (int64_t h = 0; h < c.hidden; ++h) dst[h] += tmp[static_cast<size_t>(h)];
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& layer, const float* x,
+                             int64_t num_tokens, const int* topk_idx, const float* topk_weights,
+                             const EpContext& ep, EpWorkspace* ws, float* out, EpTimings* timings) {
+  Ctx c{config, layer, ep, ws, timings, config.hidden_size, config.router.top_k,
+        ep.options.a2a_bf16 ? size_t{2} : size_t{4}, 0};
+  c.row_bytes = static_cast<size_t>(c.hidden) * c.act_bytes + static_cast<size_t>(c.top_k) * (sizeof(int) + sizeof(float));
+  if (timings) ++timings->calls;
+  std::memset(out, 0, static_cast<size_t>(num_tokens * c.hidden) * sizeof(float));
+
+  if (!ep.options.overlap) {
+    MicroBatch& mb = ws->mb[0];
+    mb.t0 = 0;
+    mb.n = num_tokens;
+    MOE_RETURN_IF_ERROR(prepare(c, mb, x, topk_idx, topk_weights));
+    MOE_RETURN_IF_ERROR(start_dispatch(c, mb));
+    MOE_RETURN_IF_ERROR(finish_dispatch_and_compute(c, mb, nullptr));
+    MOE_RETURN_IF_ERROR(start_combine(c, mb));
+    return finish_combine(c, mb, out);
+  }
+  // Two micro-batches: A's compute overlaps B's dispatch, B's compute overlaps A's
+  // combine. Every rank issues the exchanges in the same order.
+  MicroBatch& a = ws->mb[0];
+  MicroBatch& b = ws->mb[1];
+  a.t0 = 0;
+  a.n = num_tokens / 2;
+  b.t0 = a.n;
+  b.n = num_tokens - a.n;
+  MOE_RETURN_IF_ERROR(prepare(c, a, x, topk_idx, topk_weights));
+  MOE_RETURN_IF_ERROR(prepare(c, b, x, topk_idx, topk_weights));
+  MOE_RETURN_IF_ERROR(start_dispatch(c, a));
+  MOE_RETURN_IF_ERROR(start_dispatch(c, b));
+  MOE_RETURN_IF_ERROR(finish_dispatch_and_compute(c, a, &b));
+  MOE_RETURN_IF_ERROR(start_combine(c, a));
+  MOE_RETURN_IF_ERROR(finish_dispatch_and_compute(c, b, &a));
+  MOE_RETURN_IF_ERROR(start_combine(c, b));
+  MOE_RETURN_IF_ERROR(finish_combine(c, a, out));
+  return finish_combine(c, b, out);
+}
+
+Status ep_moe_forward(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
+                      const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings) {
+  route_tokens(config, layer, x, num_tokens, &ws->moe);
+  return ep_moe_forward_routed(config, layer, x, num_tokens, ws->moe.topk_idx.data(), ws->moe.topk_weights.data(),
+                               ctx, ws, out, timings);
+}
+
+}  // namespace moe

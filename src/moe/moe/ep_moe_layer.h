@@ -1,0 +1,66 @@
+// The MoE block under expert parallelism (EP): experts are sharded over the ranks of a
+// Communicator; every rank routes its own tokens (attention is data-parallel, a rank
+// may have zero tokens and still joins every exchange), then
+//   layout -> counts all-to-all -> dispatch alltoallv (one row per (token, rank), with
+//   the token's expert ids and weights for that rank) -> local grouped expert FFN with
+//   the weighted sum over the rank's experts -> combine alltoallv back -> sum over ranks.
+// With overlap, the tokens are split into two micro-batches and one's expert compute
+// runs while the other's dispatch or combine is in flight (nonblocking alltoallv).
+//
+// Result equals moe_forward up to f32 summation order (partial sums per rank).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moe/comm/communicator.h"
+#include "moe/model/config.h"
+#include "moe/model/weights.h"
+#include "moe/moe/dispatch_layout.h"
+#include "moe/moe/moe_layer.h"
+#include "moe/placement/expert_placement.h"
+#include "moe/status.h"
+
+namespace moe {
+
+struct EpOptions {
+  bool a2a_bf16 = false;  // send activations as bf16 (half the bytes; not bit-equal to 1 rank)
+  bool overlap = false;   // two micro-batches, communication overlapped with expert compute
+};
+
+struct EpContext {
+  Communicator* comm = nullptr;  // not owned
+  ExpertPlacement placement;
+  EpOptions options;
+};
+
+// Time spent, summed over calls (seconds), for the overlap report.
+struct EpTimings {
+  double comm_wait_seconds = 0;   // blocked waiting for exchanges
+  double compute_seconds = 0;     // expert FFN
+  double exchange_seconds = 0;    // total time of dispatch+combine exchanges, start to finish
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+};
+
+struct EpWorkspace;  // defined in ep_moe_layer.cc
+struct EpWorkspaceDeleter {
+  void operator()(EpWorkspace* ws) const;
+};
+using EpWorkspacePtr = std::unique_ptr<EpWorkspace, EpWorkspaceDeleter>;
+EpWorkspacePtr make_ep_workspace();
+
+// x: [num_tokens, hidden] f32; out: [num_tokens, hidden] f32, overwritten. Collective:
+// every rank of ctx.comm must call it, in the same layer order. Errors: InvalidArgument
+// for a bad routing (duplicate/out-of-range expert), communication errors as returned
+// by the communicator (DeadlineExceeded for a missing peer).
+Status ep_moe_forward(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
+                      const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings = nullptr);
+
+// The same, from a given routing (topk_idx/topk_weights: [num_tokens, top_k]); used by
+// tests and benchmarks to feed hand-made or skewed routings.
+Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& layer, const float* x,
+                             int64_t num_tokens, const int* topk_idx, const float* topk_weights,
+                             const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings = nullptr);
+
+}  // namespace moe

@@ -1,0 +1,46 @@
+// Expert computation over a batch of rows: group (row, expert) assignments by expert
+// (counting sort), run each expert's SwiGLU FFN on its group as one GEMM job per
+// projection (all experts batched into one parallel region per stage), and combine.
+//
+//   out[r] = sum over j with row_expert[r, j] >= 0 of
+//            row_weight[r, j] * w2(silu(w1 x_r) * w3 x_r)   (expert row_expert[r, j])
+// summed in ascending expert order for every row. Used by the single-process MoE layer
+// (rows = tokens) and by expert parallelism (rows = tokens received from other ranks).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moe/model/config.h"
+#include "moe/model/weights.h"
+#include "moe/ops/linear.h"
+
+namespace moe {
+
+// Assignments grouped by expert.
+struct ExpertGroups {
+  std::vector<int> tokens_per_expert;  // [num_experts] assignments per expert
+  std::vector<int> offsets;            // [num_experts + 1] prefix sums into token_idx
+  std::vector<int> token_idx;          // [num_valid] row of each assignment, by expert
+  std::vector<float> weight;           // [num_valid] its weight
+};
+
+// Groups the [num_rows, top_k] assignments by expert (rows ascending within an expert).
+// Entries with expert id < 0 are skipped (slots for experts held elsewhere).
+// Precondition: ids < num_experts.
+void group_by_expert(const int* topk_idx, const float* topk_weights, int64_t num_rows, int top_k,
+                     int num_experts, ExpertGroups* groups);
+
+// Buffers reused across layers and steps (grown on demand).
+struct ExpertWorkspace {
+  std::vector<float> gathered, gate, up, expert_out;
+  std::vector<LinearJob> jobs;
+  ExpertGroups groups;
+};
+
+// x: [num_rows, hidden] f32; row_expert, row_weight: [num_rows, top_k];
+// out: [num_rows, hidden] f32, overwritten. Every expert referenced must be loaded.
+void grouped_expert_ffn(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_rows,
+                        const int* row_expert, const float* row_weight, int top_k, ExpertWorkspace* ws, float* out);
+
+}  // namespace moe
