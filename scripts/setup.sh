@@ -8,8 +8,10 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev      # GEMM (sgemm), OpenMP build
   libsentencepiece-dev        # tokenizer
+  libxxhash-dev               # checksums / model fingerprints
   nlohmann-json3-dev libcli11-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin  # MPI backend of the communicator (src/moe/comm/)
 )
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

@@ -19,9 +19,18 @@
 
 namespace moe {
 
+class Communicator;  // src/moe/comm/communicator.h
+
 struct EngineOptions {
   std::string model_dir;  // config.json + safetensors (+ index) + tokenizer.model
   int num_threads = 0;    // OpenMP threads for kernels; 0 = all cores
+  // Expert parallelism: experts sharded over comm's ranks (contiguous blocks); each
+  // rank loads only its experts. Not owned; must outlive the Engine. Engine::open is
+  // then collective: all ranks check they loaded the same model (fingerprint) and
+  // agree on success, so a failure on one rank is an error on every rank.
+  Communicator* comm = nullptr;
+  bool ep_overlap = false;  // two micro-batches, communication overlapped with compute
+  bool a2a_bf16 = false;    // dispatch/combine activations as bf16 (half the bytes)
 };
 
 struct SamplingParams {
@@ -82,14 +91,27 @@ class Engine {
   StatusOr<GenerateResult> generate(const GenerateRequest& request, const TokenCallback& on_token = nullptr);
 
   const ModelInfo& info() const;
+
+  // Under expert parallelism rank 0 calls generate(); every other rank calls
+  // run_worker(), which joins each step's expert exchanges until rank 0 calls
+  // stop_workers() (also done by rank 0's destructor).
+  Status run_worker();
+  Status stop_workers();
+  // Communication vs compute time of the expert-parallel layers so far (seconds).
+  struct EpStats {
+    double comm_wait_seconds = 0, compute_seconds = 0, exchange_seconds = 0;
+    int64_t calls = 0, bytes_sent = 0;
+  };
+  EpStats ep_stats() const;
   // Sets the OpenMP thread count used by kernels (n >= 1).
   static void set_num_threads(int n);
   // Tokenizer access for tools.
   std::vector<int> tokenize(const std::string& text) const;
   std::string detokenize(const std::vector<int>& ids) const;
 
+  struct Impl;  // implementation detail (src/moe/engine/engine.cc)
+
  private:
-  struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

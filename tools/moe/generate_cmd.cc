@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "moe/comm/mpi_communicator.h"
 #include "moe/engine.h"
 
 namespace moe::cli {
@@ -22,6 +23,10 @@ struct GenerateFlags {
   std::string format = "text";
   std::string logits_out;
   int threads = 0;
+  int ep = 1;
+  int ranks_per_node = 0;
+  bool ep_overlap = false;
+  std::string a2a_dtype = "f32";
 };
 
 int run_generate(const GenerateFlags& f) {
@@ -36,8 +41,44 @@ int run_generate(const GenerateFlags& f) {
   if (!(f.top_p > 0.0f && f.top_p <= 1.0f)) {
     return fail("--top-p must be in (0, 1] (got " + std::to_string(f.top_p) + ")");
   }
-  auto engine = Engine::open({.model_dir = f.model.empty() ? default_model_dir() : f.model, .num_threads = f.threads});
-  if (!engine.ok()) return fail(engine.status().message());
+  if (f.ep < 1) return fail("--ep must be >= 1 (got " + std::to_string(f.ep) + ")");
+  if (f.ranks_per_node < 0) return fail("--ranks-per-node must be >= 0 (got " + std::to_string(f.ranks_per_node) + ")");
+  std::unique_ptr<Communicator> comm;
+  if (f.ep > 1 || launched_under_mpi()) {
+    if (!launched_under_mpi()) {
+      return fail("--ep " + std::to_string(f.ep) + " needs " + std::to_string(f.ep) +
+                  " processes: run it as mpirun -np " + std::to_string(f.ep) + " moe generate --ep " +
+                  std::to_string(f.ep) + " ...");
+    }
+    MpiOptions mo;
+    mo.ranks_per_node = f.ranks_per_node;
+    auto c = make_mpi_communicator(mo);
+    if (!c.ok()) return fail(c.status().message());
+    comm = std::move(c).value();
+    if (comm->size() != f.ep) {
+      return fail("--ep " + std::to_string(f.ep) + " but mpirun started " + std::to_string(comm->size()) +
+                  " ranks; they must match");
+    }
+  }
+  const int rank = comm ? comm->rank() : 0;
+  EngineOptions options{.model_dir = f.model.empty() ? default_model_dir() : f.model, .num_threads = f.threads,
+                        .comm = comm.get()};
+  options.ep_overlap = f.ep_overlap;
+  options.a2a_bf16 = f.a2a_dtype == "bf16";
+  auto engine = Engine::open(options);
+  if (!engine.ok()) {
+    return fail(comm ? "rank " + std::to_string(rank) + ": " + engine.status().message() : engine.status().message());
+  }
+  if (rank != 0) {
+    Status st = engine.value()->run_worker();
+    if (!st.ok()) return fail("rank " + std::to_string(rank) + ": " + st.message());
+    return 0;
+  }
+  // Rank 0 (or the only process) generates; workers are released when it returns.
+  struct StopWorkers {
+    Engine* e;
+    ~StopWorkers() { (void)e->stop_workers(); }
+  } stop_workers{engine.value().get()};
   if (f.max_tokens > engine.value()->info().max_context) {
     return fail("--max-tokens " + std::to_string(f.max_tokens) + " exceeds the model's context of " +
                 std::to_string(engine.value()->info().max_context) + " tokens");
@@ -83,6 +124,13 @@ int run_generate(const GenerateFlags& f) {
     std::fprintf(stderr, "[prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | finish: %s]\n",
                  r.prompt_token_ids.size(), prefill_tps, r.output_token_ids.size(), decode_tps,
                  r.finish_reason.c_str());
+    if (comm) {
+      const Engine::EpStats ep = engine.value()->ep_stats();
+      std::fprintf(stderr, "[expert parallel: %d ranks, %lld MoE exchanges, %.1f MB sent by rank 0, "
+                   "comm wait %.1f ms, expert compute %.1f ms]\n",
+                   comm->size(), static_cast<long long>(ep.calls), ep.bytes_sent / 1e6, ep.comm_wait_seconds * 1e3,
+                   ep.compute_seconds * 1e3);
+    }
   } else {
     nlohmann::json j;
     j["prompt_token_ids"] = r.prompt_token_ids;
@@ -111,6 +159,13 @@ RunFn add_generate_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--logits-out", f->logits_out, "Write the last prompt position's logits (f32 little-endian)");
   app.add_option("--threads", f->threads, "CPU threads; 0 = all cores")->capture_default_str();
+  app.add_option("--ep", f->ep, "Expert-parallel ranks (run under mpirun -np N)")->capture_default_str();
+  app.add_option("--ranks-per-node", f->ranks_per_node,
+                 "Emulate nodes of K consecutive ranks (0 = real nodes from MPI)")->capture_default_str();
+  app.add_flag("--ep-overlap", f->ep_overlap, "Overlap all-to-all with expert compute (two micro-batches)");
+  app.add_option("--a2a-dtype", f->a2a_dtype, "Dispatch/combine activation dtype: f32 (exact) or bf16 (half the bytes)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   return [f] { return run_generate(*f); };
 }
 

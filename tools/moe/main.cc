@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "commands.h"
+#include "moe/comm/mpi_communicator.h"
 #include "moe/core/logging.h"
 
 namespace moe::cli {
@@ -56,6 +57,18 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (!moe::init_logging(log_level)) return moe::cli::fail("--log-level: unknown level '" + log_level + "'");
+  // Under mpirun every subcommand runs with MPI initialised (finalised on return).
+  const bool mpi = moe::launched_under_mpi();
+  if (mpi) {
+    moe::Status st = moe::mpi_init(&argc, &argv);
+    if (!st.ok()) return moe::cli::fail(st.message());
+  }
+  struct Finalize {
+    bool on;
+    ~Finalize() {
+      if (on) (void)moe::mpi_finalize();
+    }
+  } finalize{mpi};
   if (generate->parsed()) return run_generate();
   if (bench_generate->parsed()) return run_bench_generate();
   return 2;

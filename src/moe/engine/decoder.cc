@@ -8,17 +8,33 @@
 
 namespace moe {
 
-Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights)
-    : config_(config), weights_(weights), rope_(config.head_dim, config.rope_theta, config.max_position_embeddings) {}
+Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const EpContext* ep)
+    : config_(config),
+      weights_(weights),
+      rope_(config.head_dim, config.rope_theta, config.max_position_embeddings),
+      ep_(ep),
+      ep_ws_(ep ? make_ep_workspace() : nullptr) {}
 
-void Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+Status Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
   for (int64_t done = 0; done < m; done += kMaxChunk) {
     const int64_t n = std::min(kMaxChunk, m - done);
-    forward_chunk(tokens + done, n, start_pos + done, cache, done + n == m ? logits : nullptr);
+    if (chunk_hook_) MOE_RETURN_IF_ERROR(chunk_hook_(n));
+    MOE_RETURN_IF_ERROR(forward_chunk(tokens + done, n, start_pos + done, cache, done + n == m ? logits : nullptr));
   }
+  return ok_status();
 }
 
-void Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+  if (m == 0) {
+    // A rank without tokens this step still joins every layer's exchanges.
+    if (ep_ != nullptr) {
+      for (int l = 0; l < config_.num_hidden_layers; ++l) {
+        MOE_RETURN_IF_ERROR(ep_moe_forward(config_, weights_.layers[static_cast<size_t>(l)], nullptr, 0, *ep_,
+                                           ep_ws_.get(), nullptr, &ep_timings_));
+      }
+    }
+    return ok_status();
+  }
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
@@ -54,7 +70,11 @@ void Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVC
     for (int64_t i = 0; i < m * hidden; ++i) x[i] += h[i];
 
     rms_norm(x, L.post_attention_norm.data(), m, hidden, eps, h);
-    moe_forward(c, L, h, m, &moe_ws_, mo);
+    if (ep_ != nullptr) {
+      MOE_RETURN_IF_ERROR(ep_moe_forward(c, L, h, m, *ep_, ep_ws_.get(), mo, &ep_timings_));
+    } else {
+      moe_forward(c, L, h, m, &moe_ws_, mo);
+    }
     for (int64_t i = 0; i < m * hidden; ++i) x[i] += mo[i];
   }
   if (logits != nullptr) {
@@ -62,6 +82,7 @@ void Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVC
     rms_norm(last, weights_.final_norm.data(), 1, hidden, eps, h);
     linear(h, 1, weights_.lm_head, logits);
   }
+  return ok_status();
 }
 
 }  // namespace moe

@@ -18,6 +18,8 @@
 #include "moe/model/config.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
+#include "moe/comm/communicator.h"
+#include "moe/engine/fingerprint.h"
 
 namespace moe {
 
@@ -28,6 +30,16 @@ struct Engine::Impl {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Decoder> decoder;
   ModelInfo info;
+  Communicator* comm = nullptr;
+  EpContext ep;
+  bool workers_stopped = false;
+
+  ~Impl() {
+    if (comm != nullptr && comm->rank() == 0 && !workers_stopped) {
+      int64_t header[2] = {0, 0};
+      (void)comm->broadcast(header, sizeof(header), 0);
+    }
+  }
 };
 
 namespace {
@@ -100,28 +112,115 @@ size_t unstable_suffix(const std::string& s) {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
-  if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+namespace {
+
+// Loads everything this rank needs; no communication.
+Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   const std::string& dir = options.model_dir;
   if (!is_directory(dir)) return not_found("model directory not found: " + dir);
-  auto impl = std::make_unique<Impl>();
   MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
   merge_generation_config(dir, &impl->config);
   MOE_ASSIGN_OR_RETURN(impl->checkpoint, Checkpoint::open(dir));
-  MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, impl->checkpoint));
+  ExpertFilter filter;
+  if (impl->comm != nullptr) {
+    if (impl->config.router.num_experts < 1) return invalid_argument("model has no experts to shard");
+    impl->ep.comm = impl->comm;
+    impl->ep.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, impl->comm->size());
+    impl->ep.options.overlap = options.ep_overlap;
+    impl->ep.options.a2a_bf16 = options.a2a_bf16;
+    const int me = impl->comm->rank();
+    const ExpertPlacement* placement = &impl->ep.placement;
+    filter = [placement, me](int, int expert) { return placement->rank_of(expert) == me; };
+  }
+  MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, impl->checkpoint, filter));
   MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(dir));
   if (impl->tokenizer->vocab_size() > impl->config.vocab_size) {
     return invalid_argument(dir + "/tokenizer.model has " + std::to_string(impl->tokenizer->vocab_size()) +
                             " pieces, more than config.json vocab_size " +
                             std::to_string(impl->config.vocab_size));
   }
-  impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights);
+  return ok_status();
+}
+
+// All ranks agree that every rank loaded, and loaded the same model. Collective.
+Status agree_on_startup(Communicator& comm, const Status& local, uint64_t fingerprint) {
+  const int n = comm.size();
+  int64_t mine[2] = {local.ok() ? 1 : 0, static_cast<int64_t>(fingerprint)};
+  std::vector<int64_t> all(static_cast<size_t>(2 * n));
+  MOE_RETURN_IF_ERROR(comm.allgather(mine, sizeof(mine), all.data()).with_context("start-up check"));
+  if (!local.ok()) return local;
+  std::string failed;
+  for (int r = 0; r < n; ++r) {
+    if (all[static_cast<size_t>(2 * r)] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!failed.empty()) return failed_precondition("rank(s) " + failed + " failed to load the model (see their errors)");
+  for (int r = 1; r < n; ++r) {
+    if (all[static_cast<size_t>(2 * r + 1)] != all[1]) {
+      return failed_precondition("rank " + std::to_string(r) + " loaded a different model than rank 0 (config/weights "
+                                 "fingerprint " + std::to_string(static_cast<uint64_t>(all[static_cast<size_t>(2 * r + 1)])) +
+                                 " vs " + std::to_string(static_cast<uint64_t>(all[1])) +
+                                 "): start every rank with the same model files");
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  auto impl = std::make_unique<Impl>();
+  impl->comm = options.comm;
+  Status local = open_local(options, impl.get());
+  if (impl->comm != nullptr) {
+    const uint64_t fp = local.ok() ? model_fingerprint(options.model_dir, impl->config, impl->weights, impl->checkpoint) : 0;
+    Status agreed = agree_on_startup(*impl->comm, local, fp);
+    if (!agreed.ok()) {
+      impl->workers_stopped = true;  // nobody will run the step loop
+      return agreed;
+    }
+  } else if (!local.ok()) {
+    return local;
+  }
+  const std::string& dir = options.model_dir;
+  impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights, impl->comm ? &impl->ep : nullptr);
+  if (impl->comm != nullptr && impl->comm->rank() == 0) {
+    Communicator* comm = impl->comm;
+    impl->decoder->set_chunk_hook([comm](int64_t m) {
+      int64_t header[2] = {1, m};
+      return comm->broadcast(header, sizeof(header), 0);
+    });
+  }
   impl->info = make_info(dir, impl->config, impl->weights, impl->checkpoint);
   MOE_LOG_INFO("loaded {} ({}): {} layers, {} experts (top-{}), {:.2f}M parameters ({:.2f}M active), {:.1f} MB",
                dir, impl->config.model_type, impl->config.num_hidden_layers, impl->config.router.num_experts,
                impl->config.router.top_k, impl->info.num_parameters / 1e6, impl->info.num_active_parameters / 1e6,
                impl->info.weight_bytes / 1e6);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Status Engine::run_worker() {
+  Communicator* comm = impl_->comm;
+  if (comm == nullptr || comm->rank() == 0) return failed_precondition("run_worker() is for ranks other than 0 under EP");
+  for (;;) {
+    int64_t header[2] = {0, 0};
+    MOE_RETURN_IF_ERROR(comm->broadcast(header, sizeof(header), 0));
+    if (header[0] == 0) return ok_status();
+    MOE_RETURN_IF_ERROR(impl_->decoder->forward_chunk(nullptr, 0, 0, nullptr, nullptr));
+  }
+}
+
+Status Engine::stop_workers() {
+  Communicator* comm = impl_->comm;
+  if (comm == nullptr || comm->rank() != 0 || impl_->workers_stopped) return ok_status();
+  impl_->workers_stopped = true;
+  int64_t header[2] = {0, 0};
+  return comm->broadcast(header, sizeof(header), 0);
+}
+
+Engine::EpStats Engine::ep_stats() const {
+  const EpTimings& t = impl_->decoder->ep_timings();
+  return {t.comm_wait_seconds, t.compute_seconds, t.exchange_seconds, t.calls, t.bytes_sent};
 }
 
 const ModelInfo& Engine::info() const { return impl_->info; }
@@ -170,7 +269,11 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
 
   const double t0 = now_seconds();
-  impl_->decoder->forward(prompt.data(), static_cast<int64_t>(prompt.size()), 0, &cache, logits.data());
+  if (impl_->comm != nullptr && impl_->comm->rank() != 0) {
+    return failed_precondition("under expert parallelism only rank 0 generates; other ranks call run_worker()");
+  }
+  MOE_RETURN_IF_ERROR(
+      impl_->decoder->forward(prompt.data(), static_cast<int64_t>(prompt.size()), 0, &cache, logits.data()));
   const double t1 = now_seconds();
   result.prefill_seconds = t1 - t0;
   if (req.return_prompt_logits) result.prompt_logits = logits;
@@ -199,7 +302,7 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
       break;
     }
     if (!keep_going || i + 1 == req.max_tokens) break;
-    impl_->decoder->forward(&token, 1, pos, &cache, logits.data());
+    MOE_RETURN_IF_ERROR(impl_->decoder->forward(&token, 1, pos, &cache, logits.data()));
     ++pos;
   }
   result.decode_seconds = now_seconds() - t1;

@@ -77,11 +77,23 @@ void unpack_activations(const uint8_t* src, int64_t n, bool bf16, float* dst) {
 Status prepare(Ctx& c, MicroBatch& mb, const float* x, const int* topk_idx, const float* topk_w) {
   Communicator& comm = *c.ep.comm;
   const int R = comm.size();
-  MOE_RETURN_IF_ERROR(compute_dispatch_layout(topk_idx + mb.t0 * c.top_k, topk_w + mb.t0 * c.top_k,
-                                              static_cast<int>(mb.n), c.top_k, c.ep.placement, &mb.layout));
-  mb.send_rows.assign(mb.layout.num_tokens_per_rank.begin(), mb.layout.num_tokens_per_rank.end());
+  // A bad routing on this rank is announced in the counts exchange (count -1), so that
+  // every rank fails this step at once instead of waiting for a peer that left.
+  Status layout_status = compute_dispatch_layout(topk_idx + mb.t0 * c.top_k, topk_w + mb.t0 * c.top_k,
+                                                 static_cast<int>(mb.n), c.top_k, c.ep.placement, &mb.layout);
+  if (layout_status.ok()) {
+    mb.send_rows.assign(mb.layout.num_tokens_per_rank.begin(), mb.layout.num_tokens_per_rank.end());
+  } else {
+    mb.send_rows.assign(static_cast<size_t>(R), -1);
+  }
   mb.recv_rows.assign(static_cast<size_t>(R), 0);
   MOE_RETURN_IF_ERROR(comm.alltoall_int64(mb.send_rows.data(), mb.recv_rows.data()));
+  if (!layout_status.ok()) return layout_status.with_context("rank " + std::to_string(comm.rank()));
+  for (int r = 0; r < R; ++r) {
+    if (mb.recv_rows[static_cast<size_t>(r)] < 0) {
+      return invalid_argument("rank " + std::to_string(r) + " rejected its routing in this step (see its error)");
+    }
+  }
   mb.send_bytes.resize(static_cast<size_t>(R));
   mb.recv_bytes.resize(static_cast<size_t>(R));
   mb.num_recv = 0;
@@ -206,7 +218,7 @@ Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& laye
         ep.options.a2a_bf16 ? size_t{2} : size_t{4}, 0};
   c.row_bytes = static_cast<size_t>(c.hidden) * c.act_bytes + static_cast<size_t>(c.top_k) * (sizeof(int) + sizeof(float));
   if (timings) ++timings->calls;
-  std::memset(out, 0, static_cast<size_t>(num_tokens * c.hidden) * sizeof(float));
+  if (num_tokens > 0) std::memset(out, 0, static_cast<size_t>(num_tokens * c.hidden) * sizeof(float));
 
   if (!ep.options.overlap) {
     MicroBatch& mb = ws->mb[0];

@@ -13,8 +13,8 @@ class ExpertPlacement {
  public:
   ExpertPlacement() = default;
 
-  // Contiguous blocks: rank r holds experts [r*E/R, (r+1)*E/R) in integer arithmetic, so
-  // 8 experts over 3 ranks -> {0,1,2}, {3,4,5}, {6,7}... (sizes differ by at most one);
+  // Contiguous blocks: rank r holds experts [floor(r*E/R), floor((r+1)*E/R)), so
+  // 8 experts over 3 ranks -> {0,1}, {2,3,4}, {5,6,7} (sizes differ by at most one);
   // with more ranks than experts some ranks hold none.
   static ExpertPlacement contiguous(int num_experts, int num_ranks);
   // Any map: expert_rank[e] in [0, num_ranks). InvalidArgument naming the expert otherwise.

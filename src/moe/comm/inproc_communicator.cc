@@ -1,0 +1,605 @@
+#include "moe/comm/inproc_communicator.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "moe/core/check.h"
+
+namespace moe {
+namespace inproc_detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Status deadline_exceeded(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
+Status unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
+
+std::string seconds_str(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+enum class Op { kAlltoallv, kAlltoallInt64, kAllreduceF32, kAllreduceI64, kAllgather, kBroadcast, kBarrier };
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAlltoallv: return "alltoallv";
+    case Op::kAlltoallInt64: return "alltoall_int64";
+    case Op::kAllreduceF32: return "allreduce_sum(f32)";
+    case Op::kAllreduceI64: return "allreduce_sum(int64)";
+    case Op::kAllgather: return "allgather";
+    case Op::kBroadcast: return "broadcast";
+    case Op::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+}  // namespace
+
+// What one rank posts for a collective: its arguments, read by the peers between the
+// two rendezvous (and never changed in that window).
+struct Slot {
+  Op op = Op::kBarrier;
+  bool valid = true;  // the rank's own argument check passed
+  const void* send = nullptr;
+  void* recv = nullptr;  // allreduce / broadcast: the in-place data
+  const std::vector<size_t>* send_bytes = nullptr;
+  const std::vector<size_t>* recv_bytes = nullptr;
+  size_t bytes = 0;  // allgather / broadcast: bytes; allreduce: element count
+  int root = -1;
+};
+
+struct Message {
+  int source;
+  int tag;
+  std::vector<unsigned char> data;
+};
+
+struct GroupState {
+  GroupState(int n, int rpn, double timeout)
+      : num_ranks(n), ranks_per_node(rpn), timeout_seconds(timeout), arrived(n, 0), slots(n), mailbox(n) {}
+
+  const int num_ranks;
+  const int ranks_per_node;
+  const double timeout_seconds;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  // Rendezvous: `generation` = number completed so far; `count` = arrivals at the
+  // current one; arrived[r] = 1 + the generation rank r last arrived at.
+  uint64_t generation = 0;
+  int count = 0;
+  std::vector<uint64_t> arrived;
+  std::vector<Slot> slots;
+  bool broken = false;
+  std::string failure;  // why it broke
+  std::vector<std::deque<Message>> mailbox;  // per destination, in send order
+
+  Clock::time_point deadline_from_now() const {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  }
+  Status broken_status(const char* op) const {
+    return unavailable(std::string("inproc ") + op + ": group unusable after an earlier failure (" + failure + ")");
+  }
+
+  // Posts `slot` for rank r and arrives at the next rendezvous; returns its ticket.
+  StatusOr<uint64_t> arrive(int r, const Slot* slot, const char* op) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (broken) return broken_status(op);
+    if (slot) slots[r] = *slot;
+    const uint64_t ticket = generation;
+    arrived[r] = ticket + 1;
+    if (++count == num_ranks) {
+      count = 0;
+      ++generation;
+      cv.notify_all();
+    }
+    return ticket;
+  }
+
+  // True once rendezvous `ticket` has completed. blocking: waits up to `deadline`.
+  // At the deadline the group breaks and every waiter gets DeadlineExceeded.
+  StatusOr<bool> passed(uint64_t ticket, bool blocking, Clock::time_point deadline, const char* op, int r) {
+    std::unique_lock<std::mutex> lock(mu);
+    auto done = [&] { return generation > ticket || broken; };
+    if (blocking) cv.wait_until(lock, deadline, done);
+    if (generation > ticket) return true;
+    if (broken) {
+      return deadline_exceeded(std::string("inproc ") + op + " on rank " + std::to_string(r) + ": " + failure);
+    }
+    if (Clock::now() < deadline) return false;
+    std::vector<int> missing;
+    for (int i = 0; i < num_ranks; ++i) {
+      if (arrived[i] != ticket + 1) missing.push_back(i);
+    }
+    broken = true;
+    failure = std::string("timed out after ") + seconds_str(timeout_seconds) + " s in " + op + " waiting for rank" +
+              (missing.size() == 1 ? " " : "s ") + rank_list(missing) + " (group of " + std::to_string(num_ranks) +
+              ")";
+    cv.notify_all();
+    return deadline_exceeded(std::string("inproc ") + op + " on rank " + std::to_string(r) + ": " + failure);
+  }
+};
+
+// One rank's part in one collective: post, rendezvous 1, pull from the peers,
+// rendezvous 2, finish. Driven by progress() (blocking or not).
+class Exchange {
+ public:
+  Exchange(GroupState* g, int rank, Slot slot, Status local_error)
+      : g_(g), rank_(rank), slot_(slot), local_error_(std::move(local_error)) {
+    slot_.valid = local_error_.ok();
+    deadline_ = g_->deadline_from_now();
+  }
+  // For alltoallv: the counts live here so the posted slot can point at them.
+  void set_counts(std::vector<size_t> send_bytes, std::vector<size_t> recv_bytes) {
+    send_bytes_ = std::move(send_bytes);
+    recv_bytes_ = std::move(recv_bytes);
+    slot_.send_bytes = &send_bytes_;
+    slot_.recv_bytes = &recv_bytes_;
+  }
+
+  Status start() {
+    auto t = g_->arrive(rank_, &slot_, name());
+    if (!t.ok()) {
+      finish(t.status());
+      return result_;
+    }
+    ticket_ = t.value();
+    return ok_status();
+  }
+
+  bool done() const { return phase_ == Phase::kDone; }
+  const Status& result() const { return result_; }
+
+  // Advances as far as possible; true once done (result() holds the outcome).
+  StatusOr<bool> progress(bool blocking) {
+    while (phase_ != Phase::kDone) {
+      auto passed = g_->passed(ticket_, blocking, deadline_, name(), rank_);
+      if (!passed.ok()) {
+        finish(passed.status());
+        break;
+      }
+      if (!passed.value()) return false;
+      if (phase_ == Phase::kPosted) {
+        copy_result_ = pull();
+        auto t = g_->arrive(rank_, nullptr, name());
+        if (!t.ok()) {
+          finish(t.status());
+          break;
+        }
+        ticket_ = t.value();
+        phase_ = Phase::kPulled;
+      } else {
+        // Every peer has finished reading our buffers: safe to write in place.
+        if (copy_result_.ok() && !reduced_.empty()) std::memcpy(slot_.recv, reduced_.data(), reduced_.size());
+        finish(copy_result_);
+      }
+    }
+    if (!result_.ok()) return result_;
+    return true;
+  }
+
+ private:
+  enum class Phase { kPosted, kPulled, kDone };
+
+  const char* name() const { return op_name(slot_.op); }
+
+  void finish(Status s) {
+    phase_ = Phase::kDone;
+    result_ = std::move(s);
+  }
+
+  Status invalid(const std::string& m) const {
+    return invalid_argument(std::string("inproc ") + name() + " on rank " + std::to_string(rank_) + ": " + m);
+  }
+
+  // Between the rendezvous: checks that all ranks agree, then copies from the peers.
+  Status pull() {
+    const int n = g_->num_ranks;
+    const std::vector<Slot>& s = g_->slots;
+    for (int j = 0; j < n; ++j) {
+      if (s[j].op != slot_.op) {
+        return invalid(std::string("rank ") + std::to_string(j) + " called " + op_name(s[j].op) + " instead");
+      }
+    }
+    if (!local_error_.ok()) return local_error_;
+    for (int j = 0; j < n; ++j) {
+      if (!s[j].valid) return invalid("rank " + std::to_string(j) + " passed invalid arguments");
+    }
+    switch (slot_.op) {
+      case Op::kAlltoallv: return pull_alltoallv();
+      case Op::kAlltoallInt64: {
+        auto* out = static_cast<int64_t*>(slot_.recv);
+        for (int j = 0; j < n; ++j) out[j] = static_cast<const int64_t*>(s[j].send)[rank_];
+        return ok_status();
+      }
+      case Op::kAllreduceF32: return pull_allreduce<float>();
+      case Op::kAllreduceI64: return pull_allreduce<int64_t>();
+      case Op::kAllgather: {
+        for (int j = 0; j < n; ++j) {
+          if (s[j].bytes != slot_.bytes) {
+            return invalid("rank " + std::to_string(j) + " has " + std::to_string(s[j].bytes) + " bytes, rank " +
+                           std::to_string(rank_) + " has " + std::to_string(slot_.bytes));
+          }
+        }
+        auto* out = static_cast<unsigned char*>(slot_.recv);
+        for (int j = 0; j < n; ++j) {
+          if (slot_.bytes) std::memcpy(out + j * slot_.bytes, s[j].send, slot_.bytes);
+        }
+        return ok_status();
+      }
+      case Op::kBroadcast: {
+        for (int j = 0; j < n; ++j) {
+          if (s[j].bytes != slot_.bytes || s[j].root != slot_.root) {
+            return invalid("rank " + std::to_string(j) + " has bytes=" + std::to_string(s[j].bytes) +
+                           " root=" + std::to_string(s[j].root) + ", rank " + std::to_string(rank_) +
+                           " has bytes=" + std::to_string(slot_.bytes) + " root=" + std::to_string(slot_.root));
+          }
+        }
+        if (rank_ != slot_.root && slot_.bytes) std::memcpy(slot_.recv, s[slot_.root].recv, slot_.bytes);
+        return ok_status();
+      }
+      case Op::kBarrier: return ok_status();
+    }
+    return ok_status();
+  }
+
+  Status pull_alltoallv() {
+    const int n = g_->num_ranks;
+    const std::vector<Slot>& s = g_->slots;
+    // Every rank checks every pair, so all ranks agree on the outcome.
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        const size_t sent = (*s[i].send_bytes)[j];
+        const size_t expected = (*s[j].recv_bytes)[i];
+        if (sent != expected) {
+          return invalid("rank " + std::to_string(i) + " sends " + std::to_string(sent) + " bytes to rank " +
+                         std::to_string(j) + ", which expects " + std::to_string(expected));
+        }
+      }
+    }
+    auto* out = static_cast<unsigned char*>(slot_.recv);
+    size_t dst = 0;
+    for (int j = 0; j < n; ++j) {
+      const std::vector<size_t>& sb = *s[j].send_bytes;
+      size_t src = 0;
+      for (int k = 0; k < rank_; ++k) src += sb[k];
+      const size_t len = recv_bytes_[j];
+      if (len) std::memcpy(out + dst, static_cast<const unsigned char*>(s[j].send) + src, len);
+      dst += len;
+    }
+    return ok_status();
+  }
+
+  template <typename T>
+  Status pull_allreduce() {
+    const int n = g_->num_ranks;
+    const std::vector<Slot>& s = g_->slots;
+    for (int j = 0; j < n; ++j) {
+      if (s[j].bytes != slot_.bytes) {
+        return invalid("rank " + std::to_string(j) + " has " + std::to_string(s[j].bytes) + " elements, rank " +
+                       std::to_string(rank_) + " has " + std::to_string(slot_.bytes));
+      }
+    }
+    // Same summation order (rank 0, 1, ...) on every rank: identical results everywhere.
+    std::vector<T> sum(slot_.bytes, T{});
+    for (int j = 0; j < n; ++j) {
+      const T* in = static_cast<const T*>(s[j].recv);
+      for (size_t i = 0; i < slot_.bytes; ++i) sum[i] += in[i];
+    }
+    reduced_.resize(slot_.bytes * sizeof(T));
+    if (!reduced_.empty()) std::memcpy(reduced_.data(), sum.data(), reduced_.size());
+    return ok_status();
+  }
+
+  GroupState* g_;
+  int rank_;
+  Slot slot_;
+  Status local_error_;
+  std::vector<size_t> send_bytes_, recv_bytes_;
+  Clock::time_point deadline_;
+  uint64_t ticket_ = 0;
+  Phase phase_ = Phase::kPosted;
+  Status copy_result_;
+  Status result_;
+  std::vector<unsigned char> reduced_;  // allreduce: the sum, written after rendezvous 2
+};
+
+class InProcCommunicator;
+
+class InProcRequest : public CommRequest {
+ public:
+  InProcRequest(InProcCommunicator* comm, std::unique_ptr<Exchange> ex) : comm_(comm), ex_(std::move(ex)) {}
+  ~InProcRequest() override;
+  Status wait() override;
+  StatusOr<bool> test() override;
+
+ private:
+  void release();
+  InProcCommunicator* comm_;
+  std::unique_ptr<Exchange> ex_;
+  bool released_ = false;
+};
+
+class InProcCommunicator : public Communicator {
+ public:
+  InProcCommunicator(std::shared_ptr<GroupState> g, int rank) : g_(std::move(g)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return g_->num_ranks; }
+  int node_of(int rank) const override {
+    MOE_CHECK(rank >= 0 && rank < g_->num_ranks);
+    return g_->ranks_per_node == 0 ? 0 : rank / g_->ranks_per_node;
+  }
+  int num_nodes() const override {
+    const int k = g_->ranks_per_node;
+    return k == 0 ? 1 : (g_->num_ranks + k - 1) / k;
+  }
+  std::string backend() const override { return "inproc"; }
+
+  Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                   const std::vector<size_t>& recv_bytes) override {
+    MOE_ASSIGN_OR_RETURN(auto ex, make_alltoallv(send, send_bytes, recv, recv_bytes));
+    return run(*ex);
+  }
+
+  StatusOr<std::unique_ptr<CommRequest>> ialltoallv(const void* send, const std::vector<size_t>& send_bytes,
+                                                    void* recv, const std::vector<size_t>& recv_bytes) override {
+    MOE_ASSIGN_OR_RETURN(auto ex, make_alltoallv(send, send_bytes, recv, recv_bytes));
+    MOE_RETURN_IF_ERROR(ex->start());
+    busy_ = true;
+    return std::unique_ptr<CommRequest>(std::make_unique<InProcRequest>(this, std::move(ex)));
+  }
+
+  Status alltoall_int64(const int64_t* send, int64_t* recv) override {
+    Slot s;
+    s.op = Op::kAlltoallInt64;
+    s.send = send;
+    s.recv = recv;
+    Status err;
+    if (!send || !recv || static_cast<const void*>(send) == static_cast<const void*>(recv)) {
+      err = local_invalid(s.op, "null or identical send/recv buffers");
+    }
+    Exchange ex(g_.get(), rank_, s, err);
+    return run(ex);
+  }
+
+  Status allreduce_sum(float* data, size_t n) override { return allreduce(Op::kAllreduceF32, data, n); }
+  Status allreduce_sum(int64_t* data, size_t n) override { return allreduce(Op::kAllreduceI64, data, n); }
+
+  Status allgather(const void* send, size_t bytes, void* recv) override {
+    Slot s;
+    s.op = Op::kAllgather;
+    s.send = send;
+    s.recv = recv;
+    s.bytes = bytes;
+    Status err;
+    if (bytes && (!send || !recv)) err = local_invalid(s.op, "null buffer");
+    Exchange ex(g_.get(), rank_, s, err);
+    return run(ex);
+  }
+
+  Status broadcast(void* data, size_t bytes, int root) override {
+    Slot s;
+    s.op = Op::kBroadcast;
+    s.recv = data;
+    s.bytes = bytes;
+    s.root = root;
+    Status err;
+    if (root < 0 || root >= size()) err = local_invalid(s.op, "root " + std::to_string(root) + " out of range");
+    if (bytes && !data) err = local_invalid(s.op, "null buffer");
+    Exchange ex(g_.get(), rank_, s, err);
+    return run(ex);
+  }
+
+  Status barrier() override {
+    Slot s;
+    s.op = Op::kBarrier;
+    Exchange ex(g_.get(), rank_, s, ok_status());
+    return run(ex);
+  }
+
+  Status send(const void* data, size_t bytes, int dest, int tag) override {
+    MOE_RETURN_IF_ERROR(check_peer("send", dest, tag, data, bytes));
+    Message m{rank_, tag, std::vector<unsigned char>(bytes)};
+    if (bytes) std::memcpy(m.data.data(), data, bytes);
+    std::lock_guard<std::mutex> lock(g_->mu);
+    if (g_->broken) return g_->broken_status("send");
+    g_->mailbox[dest].push_back(std::move(m));
+    g_->cv.notify_all();
+    return ok_status();
+  }
+
+  Status recv(void* data, size_t bytes, int source, int tag) override {
+    MOE_RETURN_IF_ERROR(check_peer("recv", source, tag, data, bytes));
+    const auto deadline = g_->deadline_from_now();
+    std::unique_lock<std::mutex> lock(g_->mu);
+    std::deque<Message>& box = g_->mailbox[rank_];
+    auto find = [&] {
+      for (auto it = box.begin(); it != box.end(); ++it) {
+        if (it->source == source && it->tag == tag) return it;
+      }
+      return box.end();
+    };
+    auto it = box.end();
+    g_->cv.wait_until(lock, deadline, [&] { return g_->broken || (it = find()) != box.end(); });
+    if (g_->broken) return g_->broken_status("recv");
+    if (it == box.end()) {
+      return deadline_exceeded("inproc recv on rank " + std::to_string(rank_) + ": timed out after " +
+                               seconds_str(g_->timeout_seconds) + " s waiting for rank " + std::to_string(source) +
+                               " (tag " + std::to_string(tag) + ", " + std::to_string(bytes) + " bytes)");
+    }
+    Message m = std::move(*it);
+    box.erase(it);
+    lock.unlock();
+    if (m.data.size() != bytes) {
+      return invalid_argument("inproc recv on rank " + std::to_string(rank_) + ": rank " + std::to_string(source) +
+                              " sent " + std::to_string(m.data.size()) + " bytes with tag " + std::to_string(tag) +
+                              ", expected " + std::to_string(bytes));
+    }
+    if (bytes) std::memcpy(data, m.data.data(), bytes);
+    return ok_status();
+  }
+
+  void request_done() { busy_ = false; }
+
+ private:
+  Status local_invalid(Op op, const std::string& m) const {
+    return invalid_argument(std::string("inproc ") + op_name(op) + " on rank " + std::to_string(rank_) + ": " + m);
+  }
+
+  StatusOr<std::unique_ptr<Exchange>> make_alltoallv(const void* send, const std::vector<size_t>& send_bytes,
+                                                     void* recv, const std::vector<size_t>& recv_bytes) {
+    Slot s;
+    s.op = Op::kAlltoallv;
+    s.send = send;
+    s.recv = recv;
+    Status err;
+    const size_t n = static_cast<size_t>(size());
+    if (send_bytes.size() != n || recv_bytes.size() != n) {
+      err = local_invalid(s.op, "send_bytes has " + std::to_string(send_bytes.size()) + " entries, recv_bytes " +
+                                    std::to_string(recv_bytes.size()) + ", group size " + std::to_string(n));
+    } else {
+      size_t total_send = 0, total_recv = 0;
+      for (size_t b : send_bytes) total_send += b;
+      for (size_t b : recv_bytes) total_recv += b;
+      if ((total_send && !send) || (total_recv && !recv)) {
+        err = local_invalid(s.op, "null buffer");
+      } else if (total_send && total_recv && static_cast<const void*>(send) == static_cast<const void*>(recv)) {
+        err = local_invalid(s.op, "send and recv are the same buffer");
+      }
+    }
+    auto ex = std::make_unique<Exchange>(g_.get(), rank_, s, err);
+    // With bad counts, post n zeros so that peers' pair checks stay in bounds (they
+    // stop at the invalid flag anyway).
+    if (err.ok()) {
+      ex->set_counts(send_bytes, recv_bytes);
+    } else {
+      ex->set_counts(std::vector<size_t>(n, 0), std::vector<size_t>(n, 0));
+    }
+    return ex;
+  }
+
+  Status allreduce(Op op, void* data, size_t n) {
+    Slot s;
+    s.op = op;
+    s.recv = data;
+    s.bytes = n;
+    Status err;
+    if (n && !data) err = local_invalid(op, "null buffer");
+    Exchange ex(g_.get(), rank_, s, err);
+    return run(ex);
+  }
+
+  Status run(Exchange& ex) {
+    if (busy_) {
+      return failed_precondition(std::string("inproc collective on rank ") + std::to_string(rank_) +
+                                 ": an ialltoallv request is still outstanding (wait() for it first)");
+    }
+    MOE_RETURN_IF_ERROR(ex.start());
+    while (true) {
+      MOE_ASSIGN_OR_RETURN(bool done, ex.progress(/*blocking=*/true));
+      if (done) return ok_status();
+    }
+  }
+
+  Status check_peer(const char* op, int peer, int tag, const void* data, size_t bytes) const {
+    const std::string where = std::string("inproc ") + op + " on rank " + std::to_string(rank_) + ": ";
+    if (peer < 0 || peer >= size()) return invalid_argument(where + "rank " + std::to_string(peer) + " out of range");
+    if (peer == rank_) return invalid_argument(where + "peer is this rank (copy locally)");
+    if (tag < 0) return invalid_argument(where + "negative tag " + std::to_string(tag));
+    if (bytes && !data) return invalid_argument(where + "null buffer");
+    return ok_status();
+  }
+
+  std::shared_ptr<GroupState> g_;
+  int rank_;
+  bool busy_ = false;
+};
+
+InProcRequest::~InProcRequest() {
+  if (!released_) (void)wait();
+}
+
+void InProcRequest::release() {
+  if (!released_ && ex_->done()) {
+    released_ = true;
+    comm_->request_done();
+  }
+}
+
+Status InProcRequest::wait() {
+  while (!ex_->done()) {
+    auto r = ex_->progress(/*blocking=*/true);
+    if (!r.ok()) break;
+  }
+  release();
+  return ex_->result();
+}
+
+StatusOr<bool> InProcRequest::test() {
+  auto r = ex_->progress(/*blocking=*/false);
+  release();
+  return r;
+}
+
+}  // namespace inproc_detail
+
+InProcessGroup::InProcessGroup(int num_ranks, int ranks_per_node, double timeout_seconds) {
+  MOE_CHECK(num_ranks >= 1);
+  MOE_CHECK(ranks_per_node >= 0);
+  MOE_CHECK(timeout_seconds > 0);
+  state_ = std::make_shared<inproc_detail::GroupState>(num_ranks, ranks_per_node, timeout_seconds);
+  for (int r = 0; r < num_ranks; ++r) comms_.push_back(std::make_unique<inproc_detail::InProcCommunicator>(state_, r));
+}
+
+InProcessGroup::~InProcessGroup() = default;
+
+int InProcessGroup::size() const { return static_cast<int>(comms_.size()); }
+
+Communicator& InProcessGroup::rank(int r) {
+  MOE_CHECK(r >= 0 && r < size());
+  return *comms_[r];
+}
+
+Status run_ranks(InProcessGroup& group, std::function<Status(Communicator&)> fn) {
+  const int n = group.size();
+  std::mutex mu;
+  Status first;
+  auto record = [&](int r, Status s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (first.ok()) first = s.with_context("rank " + std::to_string(r));
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        record(r, fn(group.rank(r)));
+      } catch (const std::exception& e) {
+        record(r, internal_error(std::string("exception: ") + e.what()));
+      } catch (...) {
+        record(r, internal_error("unknown exception"));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return first;
+}
+
+}  // namespace moe

@@ -1,0 +1,57 @@
+// InProcessGroup: a Communicator backend of N ranks as N threads of one process.
+//
+// For tests, and for single-process runs of multi-rank code. Collectives rendezvous
+// through shared state (one mutex + condition variable, generation counters) and copy
+// directly between the ranks' buffers: each rank posts its buffers, waits until every
+// rank has posted (rendezvous 1), pulls what it needs from the others, then waits
+// until every rank has finished pulling (rendezvous 2) so that no buffer is released
+// or reused while a peer still reads it. Every wait is bounded by the group's timeout:
+// a rank that never calls makes the others return DeadlineExceeded naming the
+// operation and the missing ranks, and breaks the group (later calls: Unavailable).
+//
+// Mismatched calls (different operations, or disagreeing sizes/roots/counts on
+// different ranks) return InvalidArgument on every rank instead of corrupting data.
+// send() copies into a mailbox and returns at once; recv() waits for the match.
+//
+// One outstanding nonblocking operation per rank: while an ialltoallv request of a
+// rank is incomplete, other collectives on that rank return FailedPrecondition.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "moe/comm/communicator.h"
+#include "moe/status.h"
+
+namespace moe {
+
+namespace inproc_detail {
+struct GroupState;
+class InProcCommunicator;
+}  // namespace inproc_detail
+
+class InProcessGroup {
+ public:
+  // num_ranks >= 1; ranks_per_node: 0 = all ranks on one node, K > 0 = nodes of K
+  // consecutive ranks (the last may be smaller); timeout_seconds > 0 bounds each wait.
+  explicit InProcessGroup(int num_ranks, int ranks_per_node = 0, double timeout_seconds = 30);
+  ~InProcessGroup();
+  InProcessGroup(const InProcessGroup&) = delete;
+  InProcessGroup& operator=(const InProcessGroup&) = delete;
+
+  int size() const;
+  // The communicator of rank r (0 <= r < size()); use it from one thread at a time.
+  Communicator& rank(int r);
+
+ private:
+  std::shared_ptr<inproc_detail::GroupState> state_;
+  std::vector<std::unique_ptr<inproc_detail::InProcCommunicator>> comms_;
+};
+
+// Runs fn(group.rank(r)) on one thread per rank and joins them all. Returns OK, or the
+// first error to occur (in time), prefixed with "rank R: ". An exception escaping fn
+// becomes Internal.
+Status run_ranks(InProcessGroup& group, std::function<Status(Communicator&)> fn);
+
+}  // namespace moe

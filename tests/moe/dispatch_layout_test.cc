@@ -1,0 +1,104 @@
+// Dispatch layout arithmetic on hand-made routings (every expected value worked out by
+// hand in the comments), and expert placement maps.
+#include <gtest/gtest.h>
+
+#include "moe/moe/dispatch_layout.h"
+#include "moe/placement/expert_placement.h"
+
+namespace moe {
+namespace {
+
+TEST(ExpertPlacement, ContiguousEvenUnevenAndMoreRanksThanExperts) {
+  EXPECT_EQ(ExpertPlacement::contiguous(8, 4).expert_rank(), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(ExpertPlacement::contiguous(8, 3).expert_rank(), (std::vector<int>{0, 0, 1, 1, 1, 2, 2, 2}));
+  const ExpertPlacement p = ExpertPlacement::contiguous(2, 4);
+  EXPECT_EQ(p.expert_rank(), (std::vector<int>{1, 3}));
+  EXPECT_TRUE(p.experts_on(0).empty());
+  EXPECT_EQ(p.experts_on(3), (std::vector<int>{1}));
+}
+
+TEST(ExpertPlacement, FromMapRejectsRankOutOfRange) {
+  auto p = ExpertPlacement::from_map({0, 1, 2}, 2);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("expert 2 on rank 2"), std::string::npos) << p.status().message();
+  EXPECT_TRUE(ExpertPlacement::from_map({1, 0, 1}, 2).ok());
+}
+
+// 4 tokens, top-2, 8 experts on 4 ranks (rank r holds experts 2r, 2r+1).
+//   t0: [0, 1] -> rank 0 only (sent once)
+//   t1: [2, 7] -> ranks 1 and 3
+//   t2: [5, 4] -> rank 2 only
+//   t3: [6, 0] -> ranks 3 and 0
+TEST(DispatchLayout, HandComputedFourRanks) {
+  const int topk[] = {0, 1, 2, 7, 5, 4, 6, 0};
+  const float w[] = {0.6f, 0.4f, 0.7f, 0.3f, 0.55f, 0.45f, 0.8f, 0.2f};
+  DispatchLayout L;
+  ASSERT_TRUE(compute_dispatch_layout(topk, w, 4, 2, ExpertPlacement::contiguous(8, 4), &L).ok());
+  EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{2, 1, 1, 2}));
+  EXPECT_EQ(L.num_tokens_per_expert, (std::vector<int>{2, 1, 1, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(L.send_offsets, (std::vector<int>{0, 2, 3, 4, 6}));
+  EXPECT_EQ(L.send_token_idx, (std::vector<int>{0, 3, 1, 2, 1, 3}));
+  EXPECT_EQ(L.send_expert, (std::vector<int>{0, 1, -1, 0, 2, -1, 5, 4, -1, 7, 6, -1}));
+  EXPECT_EQ(L.send_weight, (std::vector<float>{0.6f, 0.4f, 0, 0.2f, 0.7f, 0, 0.55f, 0.45f, 0, 0.3f, 0.8f, 0}));
+  EXPECT_EQ(L.is_token_in_rank,
+            (std::vector<uint8_t>{1, 0, 0, 0, /*t1*/ 0, 1, 0, 1, /*t2*/ 0, 0, 1, 0, /*t3*/ 1, 0, 0, 1}));
+  EXPECT_EQ(L.total_send(), 6);
+}
+
+TEST(DispatchLayout, ZeroTokensGivesEmptyLayout) {
+  DispatchLayout L;
+  ASSERT_TRUE(compute_dispatch_layout(nullptr, nullptr, 0, 2, ExpertPlacement::contiguous(8, 3), &L).ok());
+  EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(L.send_offsets, (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(L.total_send(), 0);
+}
+
+TEST(DispatchLayout, AllTokensToOneExpertLeaveOtherRanksIdle) {
+  // 5 tokens all choose expert 3 (rank 1 of 3: experts {2,3,4}) first and expert 2 second.
+  std::vector<int> topk;
+  std::vector<float> w;
+  for (int t = 0; t < 5; ++t) {
+    topk.insert(topk.end(), {3, 2});
+    w.insert(w.end(), {0.9f, 0.1f});
+  }
+  DispatchLayout L;
+  ASSERT_TRUE(compute_dispatch_layout(topk.data(), w.data(), 5, 2, ExpertPlacement::contiguous(8, 3), &L).ok());
+  EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{0, 5, 0}));
+  EXPECT_EQ(L.num_tokens_per_expert, (std::vector<int>{0, 0, 5, 5, 0, 0, 0, 0}));
+  EXPECT_EQ(L.send_offsets, (std::vector<int>{0, 0, 5, 5}));
+}
+
+TEST(DispatchLayout, DuplicateExpertInRowIsRejectedNamingTokenAndExpert) {
+  const int topk[] = {0, 1, 3, 3};
+  const float w[] = {0.5f, 0.5f, 0.5f, 0.5f};
+  DispatchLayout L;
+  Status st = compute_dispatch_layout(topk, w, 2, 2, ExpertPlacement::contiguous(8, 2), &L);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("token 1 lists expert 3 twice"), std::string::npos) << st.message();
+}
+
+TEST(DispatchLayout, ExpertIdOutOfRangeIsRejected) {
+  const int topk[] = {0, 8};
+  const float w[] = {0.5f, 0.5f};
+  DispatchLayout L;
+  Status st = compute_dispatch_layout(topk, w, 1, 2, ExpertPlacement::contiguous(8, 2), &L);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("expert id 8 outside [0, 8)"), std::string::npos) << st.message();
+}
+
+TEST(DispatchLayout, PermutedPlacementSendsToTheMappedRank) {
+  // Expert e on rank (e + 1) % 2: token [0, 2] -> both on rank 1; token [1, 0] -> ranks 0 and 1.
+  auto p = ExpertPlacement::from_map({1, 0, 1, 0}, 2);
+  ASSERT_TRUE(p.ok());
+  const int topk[] = {0, 2, 1, 0};
+  const float w[] = {0.5f, 0.5f, 0.6f, 0.4f};
+  DispatchLayout L;
+  ASSERT_TRUE(compute_dispatch_layout(topk, w, 2, 2, p.value(), &L).ok());
+  EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{1, 2}));
+  EXPECT_EQ(L.send_token_idx, (std::vector<int>{1, 0, 1}));
+  EXPECT_EQ(L.send_expert, (std::vector<int>{1, -1, 0, 2, -1, 0}));
+}
+
+}  // namespace
+}  // namespace moe
