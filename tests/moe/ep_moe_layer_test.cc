@@ -1,0 +1,160 @@
+// The expert-parallel MoE layer against the single-process expert FFN on hand-shaped
+// routings: ranks with zero or very different token counts, every token on one expert,
+// a rank whose experts are all idle, more ranks than experts, uneven expert split, and
+// a routing row with a duplicate expert (rejected on every rank, the next step fine).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <random>
+
+#include "moe/comm/inproc_communicator.h"
+#include "moe/moe/ep_moe_layer.h"
+#include "moe/moe/expert_ffn.h"
+
+namespace moe {
+namespace {
+
+constexpr int kHidden = 16, kInter = 24, kExperts = 8, kTopK = 2;
+
+struct TinyLayer {
+  ModelConfig config;
+  LayerWeights layer;
+  std::vector<std::vector<float>> storage;
+
+  TinyLayer() {
+    config.hidden_size = kHidden;
+    config.intermediate_size = kInter;
+    config.router.num_experts = kExperts;
+    config.router.top_k = kTopK;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 0.3f);
+    auto matrix = [&](int rows, int cols) {
+      storage.emplace_back(static_cast<size_t>(rows * cols));
+      for (auto& v : storage.back()) v = dist(rng);
+      return Weight2D{storage.back().data(), DType::kF32, rows, cols};
+    };
+    layer.experts.resize(kExperts);
+    for (auto& e : layer.experts) {
+      e.w1 = matrix(kInter, kHidden);
+      e.w2 = matrix(kHidden, kInter);
+      e.w3 = matrix(kInter, kHidden);
+      e.loaded = true;
+    }
+  }
+};
+
+struct RankInput {
+  std::vector<float> x;
+  std::vector<int> topk;
+  std::vector<float> w;
+  int n = 0;
+};
+
+using Router = std::function<std::pair<int, int>(int rank, int token)>;
+
+RankInput make_input(int rank, int n, const Router& route) {
+  std::mt19937 rng(100 + rank);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  RankInput in;
+  in.n = n;
+  in.x.resize(static_cast<size_t>(n * kHidden));
+  for (auto& v : in.x) v = dist(rng);
+  for (int t = 0; t < n; ++t) {
+    auto [a, b] = route(rank, t);
+    in.topk.insert(in.topk.end(), {a, b});
+    in.w.insert(in.w.end(), {0.7f, 0.3f});
+  }
+  return in;
+}
+
+// Runs one EP step on `ranks` ranks with per-rank token counts and routing, and checks
+// each rank's output against the single-process grouped expert FFN of its own tokens.
+void check_step(int ranks, const std::vector<int>& counts, const Router& route, bool overlap = false) {
+  TinyLayer tiny;
+  InProcessGroup group(ranks, 0, 20);
+  Status st = run_ranks(group, [&](Communicator& comm) -> Status {
+    const RankInput in = make_input(comm.rank(), counts[static_cast<size_t>(comm.rank())], route);
+    EpContext ctx{&comm, ExpertPlacement::contiguous(kExperts, ranks), {}};
+    ctx.options.overlap = overlap;
+    auto ws = make_ep_workspace();
+    std::vector<float> out(static_cast<size_t>(in.n * kHidden) + 1);
+    MOE_RETURN_IF_ERROR(ep_moe_forward_routed(tiny.config, tiny.layer, in.x.data(), in.n, in.topk.data(),
+                                              in.w.data(), ctx, ws.get(), out.data()));
+    ExpertWorkspace ews;
+    std::vector<float> ref(static_cast<size_t>(in.n * kHidden) + 1);
+    grouped_expert_ffn(tiny.config, tiny.layer, in.x.data(), in.n, in.topk.data(), in.w.data(), kTopK, &ews,
+                       ref.data());
+    for (int i = 0; i < in.n * kHidden; ++i) {
+      if (std::fabs(out[static_cast<size_t>(i)] - ref[static_cast<size_t>(i)]) > 1e-5f * (1 + std::fabs(ref[static_cast<size_t>(i)]))) {
+        return internal_error("rank " + std::to_string(comm.rank()) + " element " + std::to_string(i) + ": " +
+                              std::to_string(out[static_cast<size_t>(i)]) + " vs " + std::to_string(ref[static_cast<size_t>(i)]));
+      }
+    }
+    return ok_status();
+  });
+  EXPECT_TRUE(st.ok()) << st.to_string();
+}
+
+std::pair<int, int> spread(int rank, int t) { return {(rank * 3 + t) % kExperts, (rank * 3 + t + 1 + t % 5) % kExperts}; }
+
+TEST(EpMoeLayer, RanksWithZeroAndVeryDifferentTokenCounts) {
+  check_step(4, {0, 7, 1, 65}, spread);
+}
+
+TEST(EpMoeLayer, AllRanksEmpty) { check_step(3, {0, 0, 0}, spread); }
+
+TEST(EpMoeLayer, EveryTokenOnTheSameExpert) {
+  check_step(4, {9, 3, 17, 5}, [](int, int) { return std::pair<int, int>{5, 6}; });
+}
+
+TEST(EpMoeLayer, AllExpertsOfOneRankIdle) {
+  // Rank 0 holds experts 0 and 1: nobody routes there.
+  check_step(4, {6, 6, 6, 6}, [](int r, int t) { return std::pair<int, int>{2 + (r + t) % 6, 2 + (r + t + 1) % 6}; });
+}
+
+TEST(EpMoeLayer, ExpertsNotDivisibleByRanks) { check_step(3, {5, 11, 2}, spread); }
+
+TEST(EpMoeLayer, MoreRanksThanExperts) { check_step(10, {3, 0, 4, 1, 0, 2, 7, 0, 1, 5}, spread); }
+
+TEST(EpMoeLayer, DuplicateExpertIsRejectedOnEveryRankAndNextStepIsExact) {
+  TinyLayer tiny;
+  InProcessGroup group(3, 0, 20);
+  std::vector<Status> first(3);
+  std::mutex mu;
+  Status st = run_ranks(group, [&](Communicator& comm) -> Status {
+    EpContext ctx{&comm, ExpertPlacement::contiguous(kExperts, 3), {}};
+    auto ws = make_ep_workspace();
+    RankInput in = make_input(comm.rank(), 4, spread);
+    if (comm.rank() == 2) in.topk[2 * 1 + 1] = in.topk[2 * 1];  // token 1 lists one expert twice
+    std::vector<float> out(static_cast<size_t>(in.n * kHidden));
+    Status s = ep_moe_forward_routed(tiny.config, tiny.layer, in.x.data(), in.n, in.topk.data(), in.w.data(), ctx,
+                                     ws.get(), out.data());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      first[static_cast<size_t>(comm.rank())] = s;
+    }
+    // The group is still usable: a valid step gives exact results.
+    RankInput ok_in = make_input(comm.rank(), 4, spread);
+    MOE_RETURN_IF_ERROR(ep_moe_forward_routed(tiny.config, tiny.layer, ok_in.x.data(), ok_in.n, ok_in.topk.data(),
+                                              ok_in.w.data(), ctx, ws.get(), out.data()));
+    ExpertWorkspace ews;
+    std::vector<float> ref(out.size());
+    grouped_expert_ffn(tiny.config, tiny.layer, ok_in.x.data(), ok_in.n, ok_in.topk.data(), ok_in.w.data(), kTopK,
+                       &ews, ref.data());
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (std::fabs(out[i] - ref[i]) > 1e-5f * (1 + std::fabs(ref[i]))) return internal_error("mismatch after reject");
+    }
+    return ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_NE(first[2].message().find("lists expert"), std::string::npos) << first[2].message();
+  for (int r : {0, 1}) {
+    EXPECT_EQ(first[static_cast<size_t>(r)].code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(first[static_cast<size_t>(r)].message().find("rank 2 rejected its routing"), std::string::npos)
+        << first[static_cast<size_t>(r)].message();
+  }
+}
+
+}  // namespace
+}  // namespace moe
