@@ -31,6 +31,12 @@ struct EngineOptions {
   Communicator* comm = nullptr;
   bool ep_overlap = false;  // two micro-batches, communication overlapped with compute
   bool a2a_bf16 = false;    // dispatch/combine activations as bf16 (half the bytes)
+  // Two-level all-to-all (inter-node, then intra-node): -1 = when comm spans several
+  // nodes, 0 = never (flat), 1 = always.
+  int a2a_hierarchical = -1;
+  // Node-limited routing (DeepSeek-V3): each token's top-k restricted to experts on
+  // at most this many nodes, chosen by their summed affinities; 0 = off.
+  int max_nodes_per_token = 0;
 };
 
 struct SamplingParams {

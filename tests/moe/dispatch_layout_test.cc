@@ -5,6 +5,8 @@
 #include "moe/moe/dispatch_layout.h"
 #include "moe/placement/expert_placement.h"
 
+#include <cmath>
+
 namespace moe {
 namespace {
 
@@ -98,6 +100,58 @@ TEST(DispatchLayout, PermutedPlacementSendsToTheMappedRank) {
   EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{1, 2}));
   EXPECT_EQ(L.send_token_idx, (std::vector<int>{1, 0, 1}));
   EXPECT_EQ(L.send_expert, (std::vector<int>{1, -1, 0, 2, -1, 0}));
+}
+
+}  // namespace
+}  // namespace moe
+
+#include "moe/moe/router.h"
+
+namespace moe {
+namespace {
+
+// Experts 0,1 on node 0 and 2,3 on node 1; probabilities [0.4, 0.05, 0.3, 0.25].
+// Unlimited top-2 = [0, 2] (two nodes). With M = 1: node scores (top-2 sums) are
+// 0.45 and 0.55 -> node 1 -> experts [2, 3], weights 0.3/0.55 and 0.25/0.55.
+TEST(NodeLimitedRouting, HandComputedOneNode) {
+  const float p[] = {0.4f, 0.05f, 0.3f, 0.25f};
+  float logits[4];
+  for (int i = 0; i < 4; ++i) logits[i] = std::log(p[i]);
+  RouterConfig cfg;
+  cfg.num_experts = 4;
+  cfg.top_k = 2;
+  const int expert_node[] = {0, 0, 1, 1};
+  int idx[2];
+  float w[2];
+  route_softmax_topk(logits, 1, cfg, idx, w);
+  EXPECT_EQ(idx[0], 0);
+  EXPECT_EQ(idx[1], 2);
+  route_softmax_topk_node_limited(logits, 1, cfg, expert_node, 2, 1, idx, w);
+  EXPECT_EQ(idx[0], 2);
+  EXPECT_EQ(idx[1], 3);
+  EXPECT_NEAR(w[0], 0.3f / 0.55f, 1e-6);
+  EXPECT_NEAR(w[1], 0.25f / 0.55f, 1e-6);
+  // M = 2 nodes: no restriction.
+  route_softmax_topk_node_limited(logits, 1, cfg, expert_node, 2, 2, idx, w);
+  EXPECT_EQ(idx[0], 0);
+  EXPECT_EQ(idx[1], 2);
+}
+
+// With one expert per node and top-2, one node cannot hold k experts: a second node
+// is added (the next best), so the row stays valid.
+TEST(NodeLimitedRouting, AddsNodesWhenTooFewExperts) {
+  const float p[] = {0.1f, 0.6f, 0.3f};
+  float logits[3];
+  for (int i = 0; i < 3; ++i) logits[i] = std::log(p[i]);
+  RouterConfig cfg;
+  cfg.num_experts = 3;
+  cfg.top_k = 2;
+  const int expert_node[] = {0, 1, 2};
+  int idx[2];
+  float w[2];
+  route_softmax_topk_node_limited(logits, 1, cfg, expert_node, 3, 1, idx, w);
+  EXPECT_EQ(idx[0], 1);
+  EXPECT_EQ(idx[1], 2);
 }
 
 }  // namespace

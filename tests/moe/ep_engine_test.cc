@@ -20,10 +20,12 @@ struct Case {
   int ranks_per_node;
   bool overlap;
   bool bf16;
+  int hierarchical = -1;  // -1 auto (hierarchical when there are several nodes), 0 flat
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.ranks << "ranks_rpn" << c.ranks_per_node << (c.overlap ? "_overlap" : "") << (c.bf16 ? "_bf16" : "");
+  *os << c.ranks << "ranks_rpn" << c.ranks_per_node << (c.overlap ? "_overlap" : "") << (c.bf16 ? "_bf16" : "")
+      << (c.hierarchical == 0 ? "_flat" : "");
 }
 
 const char* kPrompts[] = {"ROMEO:", "First Citizen:\nBefore we proceed any further, hear me speak."};
@@ -55,6 +57,7 @@ TEST_P(EpEngineTest, MatchesSingleProcess) {
     EngineOptions opts{.model_dir = testing::tiny_model_dir(), .num_threads = 1, .comm = &comm};
     opts.ep_overlap = c.overlap;
     opts.a2a_bf16 = c.bf16;
+    opts.a2a_hierarchical = c.hierarchical;
     MOE_ASSIGN_OR_RETURN(auto engine, Engine::open(opts));
     if (comm.rank() != 0) return engine->run_worker();
     for (size_t p = 0; p < std::size(kPrompts); ++p) {
@@ -85,7 +88,8 @@ TEST_P(EpEngineTest, MatchesSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, EpEngineTest,
                          ::testing::Values(Case{1, 0, false, false}, Case{2, 0, false, false}, Case{3, 0, false, false},
-                                           Case{4, 0, false, false}, Case{4, 2, false, false}, Case{2, 0, true, false},
+                                           Case{4, 0, false, false}, Case{4, 2, false, false}, Case{4, 2, false, false, 0},
+                                           Case{6, 3, false, false}, Case{2, 0, true, false},
                                            Case{3, 0, true, false}, Case{4, 2, true, false}, Case{2, 0, false, true},
                                            Case{10, 0, false, false}),
                          [](const ::testing::TestParamInfo<Case>& info) {

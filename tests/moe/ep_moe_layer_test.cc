@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <atomic>
 #include <mutex>
 #include <random>
 
@@ -70,13 +71,14 @@ RankInput make_input(int rank, int n, const Router& route) {
 
 // Runs one EP step on `ranks` ranks with per-rank token counts and routing, and checks
 // each rank's output against the single-process grouped expert FFN of its own tokens.
-void check_step(int ranks, const std::vector<int>& counts, const Router& route, bool overlap = false) {
+void check_step(int ranks, const std::vector<int>& counts, const Router& route, EpOptions options = {},
+                int ranks_per_node = 0) {
   TinyLayer tiny;
-  InProcessGroup group(ranks, 0, 20);
+  InProcessGroup group(ranks, ranks_per_node, 20);
   Status st = run_ranks(group, [&](Communicator& comm) -> Status {
     const RankInput in = make_input(comm.rank(), counts[static_cast<size_t>(comm.rank())], route);
     EpContext ctx{&comm, ExpertPlacement::contiguous(kExperts, ranks), {}};
-    ctx.options.overlap = overlap;
+    ctx.options = options;
     auto ws = make_ep_workspace();
     std::vector<float> out(static_cast<size_t>(in.n * kHidden) + 1);
     MOE_RETURN_IF_ERROR(ep_moe_forward_routed(tiny.config, tiny.layer, in.x.data(), in.n, in.topk.data(),
@@ -116,6 +118,87 @@ TEST(EpMoeLayer, AllExpertsOfOneRankIdle) {
 TEST(EpMoeLayer, ExpertsNotDivisibleByRanks) { check_step(3, {5, 11, 2}, spread); }
 
 TEST(EpMoeLayer, MoreRanksThanExperts) { check_step(10, {3, 0, 4, 1, 0, 2, 7, 0, 1, 5}, spread); }
+
+// The same hard cases through the two-level (hierarchical) all-to-all.
+EpOptions hier() {
+  EpOptions o;
+  o.hierarchical = true;
+  return o;
+}
+TEST(EpMoeLayerHierarchical, FourRanksAsTwoNodes) { check_step(4, {0, 7, 1, 65}, spread, hier(), 2); }
+TEST(EpMoeLayerHierarchical, ThreeRanksUnevenNodes) { check_step(3, {5, 11, 2}, spread, hier(), 2); }
+TEST(EpMoeLayerHierarchical, EveryTokenOnOneExpert) {
+  check_step(4, {9, 3, 17, 5}, [](int, int) { return std::pair<int, int>{5, 6}; }, hier(), 2);
+}
+TEST(EpMoeLayerHierarchical, TenRanksThreePerNode) { check_step(10, {3, 0, 4, 1, 0, 2, 7, 0, 1, 5}, spread, hier(), 3); }
+TEST(EpMoeLayerHierarchical, OneNodeDegeneratesToFlat) { check_step(4, {4, 4, 4, 4}, spread, hier(), 0); }
+TEST(EpMoeLayerOverlap, TwoMicroBatches) {
+  EpOptions o;
+  o.overlap = true;
+  check_step(4, {0, 7, 1, 65}, spread, o);
+}
+
+// Counts the bytes an alltoallv moves between ranks of different nodes.
+class CrossNodeCounter : public Communicator {
+ public:
+  CrossNodeCounter(Communicator& inner, std::atomic<int64_t>* bytes) : in_(inner), bytes_(bytes) {}
+  int rank() const override { return in_.rank(); }
+  int size() const override { return in_.size(); }
+  int node_of(int r) const override { return in_.node_of(r); }
+  int num_nodes() const override { return in_.num_nodes(); }
+  std::string backend() const override { return "counter"; }
+  void count(const std::vector<size_t>& send_bytes) {
+    for (int r = 0; r < size(); ++r) {
+      if (node_of(r) != node_of(rank())) *bytes_ += static_cast<int64_t>(send_bytes[static_cast<size_t>(r)]);
+    }
+  }
+  Status alltoallv(const void* s, const std::vector<size_t>& sb, void* r, const std::vector<size_t>& rb) override {
+    count(sb);
+    return in_.alltoallv(s, sb, r, rb);
+  }
+  StatusOr<std::unique_ptr<CommRequest>> ialltoallv(const void* s, const std::vector<size_t>& sb, void* r,
+                                                    const std::vector<size_t>& rb) override {
+    count(sb);
+    return in_.ialltoallv(s, sb, r, rb);
+  }
+  Status alltoall_int64(const int64_t* s, int64_t* r) override { return in_.alltoall_int64(s, r); }
+  Status allreduce_sum(float* d, size_t n) override { return in_.allreduce_sum(d, n); }
+  Status allreduce_sum(int64_t* d, size_t n) override { return in_.allreduce_sum(d, n); }
+  Status allgather(const void* s, size_t b, void* r) override { return in_.allgather(s, b, r); }
+  Status broadcast(void* d, size_t b, int root) override { return in_.broadcast(d, b, root); }
+  Status barrier() override { return in_.barrier(); }
+  Status send(const void* d, size_t b, int dest, int tag) override { return in_.send(d, b, dest, tag); }
+  Status recv(void* d, size_t b, int src, int tag) override { return in_.recv(d, b, src, tag); }
+
+ private:
+  Communicator& in_;
+  std::atomic<int64_t>* bytes_;
+};
+
+// Rank 0 (node 0) sends 8 tokens whose two experts sit on ranks 2 and 3 (both node 1):
+// flat dispatch crosses nodes twice per token, hierarchical once.
+TEST(EpMoeLayerHierarchical, CrossesToARemoteNodeOncePerToken) {
+  TinyLayer tiny;
+  std::atomic<int64_t> cross[2] = {0, 0};
+  for (int mode = 0; mode < 2; ++mode) {
+    InProcessGroup group(4, 2, 20);
+    Status st = run_ranks(group, [&](Communicator& inner) -> Status {
+      CrossNodeCounter comm(inner, &cross[mode]);
+      const int n = comm.rank() == 0 ? 8 : 0;
+      const RankInput in = make_input(comm.rank(), n, [](int, int) { return std::pair<int, int>{4, 6}; });
+      EpContext ctx{&comm, ExpertPlacement::contiguous(kExperts, 4), {}};
+      ctx.options.hierarchical = mode == 1;
+      auto ws = make_ep_workspace();
+      std::vector<float> out(static_cast<size_t>(n * kHidden) + 1);
+      return ep_moe_forward_routed(tiny.config, tiny.layer, in.x.data(), n, in.topk.data(), in.w.data(), ctx,
+                                   ws.get(), out.data());
+    });
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  const int64_t row = kHidden * 4 + kTopK * 8, out_row = kHidden * 4;
+  EXPECT_EQ(cross[0].load(), 8 * 2 * (row + out_row));  // flat: 2 ranks of node 1 per token, both ways
+  EXPECT_EQ(cross[1].load(), 8 * 1 * (row + out_row));  // hierarchical: once per token, both ways
+}
 
 TEST(EpMoeLayer, DuplicateExpertIsRejectedOnEveryRankAndNextStepIsExact) {
   TinyLayer tiny;

@@ -212,5 +212,49 @@ TEST(MoeLayerRoutingTest, OnlyRoutedExpertsContribute) {
   EXPECT_LT(routed_to_3, n);
 }
 
+// grouped_expert_ffn with explicit assignments, some slots -1 (expert held elsewhere):
+// out[r] = sum over valid slots of weight * expert(x_r); a row with no valid slot is 0.
+// Expert 3 is never referenced and is marked not loaded.
+TEST(GroupedExpertFfnTest, ExplicitAssignmentsWithSkippedSlots) {
+  TinyLayer t = make_layer(DType::kF32, true, 321);
+  t.layer.experts[3].loaded = false;
+  const int64_t rows = 6;
+  const int idx[rows * kTopK] = {0, 2, -1, 1, 2, -1, -1, -1, 1, 0, 2, 2};
+  const float wts[rows * kTopK] = {0.7f, 0.3f, 0.5f, 1.5f, -0.25f, 9.0f, 4.0f, 4.0f, 0.5f, 0.5f, 1.0f, 2.0f};
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(rows * kHidden));
+  for (auto& v : x) v = dist(rng);
+  ExpertWorkspace ws;
+  std::vector<float> out(static_cast<size_t>(rows * kHidden), 1e30f);
+  grouped_expert_ffn(t.config, t.layer, x.data(), rows, idx, wts, kTopK, &ws, out.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> xr(kHidden);
+    for (int i = 0; i < kHidden; ++i) xr[static_cast<size_t>(i)] = x[static_cast<size_t>(r * kHidden + i)];
+    std::vector<double> want(kHidden, 0.0);
+    for (int j = 0; j < kTopK; ++j) {
+      const int e = idx[r * kTopK + j];
+      if (e < 0) continue;
+      std::vector<double> g = matvec(t.w1[static_cast<size_t>(e)], xr);
+      const std::vector<double> u = matvec(t.w3[static_cast<size_t>(e)], xr);
+      for (int i = 0; i < kInter; ++i) {
+        const double gi = g[static_cast<size_t>(i)];
+        g[static_cast<size_t>(i)] = gi / (1.0 + std::exp(-gi)) * u[static_cast<size_t>(i)];
+      }
+      const std::vector<double> y = matvec(t.w2[static_cast<size_t>(e)], g);
+      for (int i = 0; i < kHidden; ++i) want[static_cast<size_t>(i)] += wts[r * kTopK + j] * y[static_cast<size_t>(i)];
+    }
+    for (int i = 0; i < kHidden; ++i) {
+      const float got = out[static_cast<size_t>(r * kHidden + i)];
+      if (r == 3) {
+        EXPECT_EQ(got, 0.0f) << "row with no local expert, i=" << i;
+      } else {
+        EXPECT_NEAR(got, want[static_cast<size_t>(i)], 1e-5 * (1 + std::fabs(want[static_cast<size_t>(i)])))
+            << "row " << r << " i=" << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moe

@@ -156,5 +156,26 @@ TEST(GroupByExpertTest, UnusedExpertsAndReuse) {
   EXPECT_EQ(g.weight, (std::vector<float>{1.0f, 0.9f, 0.5f}));
 }
 
+TEST(GroupByExpertTest, NegativeIdsAreSkipped) {
+  // Slots with id < 0 (experts held elsewhere) take no place in the groups.
+  const int idx[6] = {-1, 2,    // token 0
+                      0, -1,    // token 1
+                      -1, -1};  // token 2: nothing local
+  const float w[6] = {0.9f, 0.1f, 0.6f, 0.4f, 0.5f, 0.5f};
+  ExpertGroups g;
+  group_by_expert(idx, w, 3, 2, 3, &g);
+  EXPECT_EQ(g.tokens_per_expert, (std::vector<int>{1, 0, 1}));
+  EXPECT_EQ(g.offsets, (std::vector<int>{0, 1, 1, 2}));
+  EXPECT_EQ(g.token_idx, (std::vector<int>{1, 0}));
+  EXPECT_EQ(g.weight, (std::vector<float>{0.6f, 0.1f}));
+  // All skipped.
+  const int none[2] = {-1, -1};
+  group_by_expert(none, w, 1, 2, 3, &g);
+  EXPECT_EQ(g.tokens_per_expert, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(g.offsets, (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_TRUE(g.token_idx.empty());
+  EXPECT_TRUE(g.weight.empty());
+}
+
 }  // namespace
 }  // namespace moe

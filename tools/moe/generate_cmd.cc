@@ -27,6 +27,8 @@ struct GenerateFlags {
   int ranks_per_node = 0;
   bool ep_overlap = false;
   std::string a2a_dtype = "f32";
+  std::string a2a_mode = "auto";
+  int max_nodes_per_token = 0;
 };
 
 int run_generate(const GenerateFlags& f) {
@@ -42,6 +44,9 @@ int run_generate(const GenerateFlags& f) {
     return fail("--top-p must be in (0, 1] (got " + std::to_string(f.top_p) + ")");
   }
   if (f.ep < 1) return fail("--ep must be >= 1 (got " + std::to_string(f.ep) + ")");
+  if (f.max_nodes_per_token < 0) {
+    return fail("--max-nodes-per-token must be >= 0 (got " + std::to_string(f.max_nodes_per_token) + ")");
+  }
   if (f.ranks_per_node < 0) return fail("--ranks-per-node must be >= 0 (got " + std::to_string(f.ranks_per_node) + ")");
   std::unique_ptr<Communicator> comm;
   if (f.ep > 1 || launched_under_mpi()) {
@@ -65,6 +70,8 @@ int run_generate(const GenerateFlags& f) {
                         .comm = comm.get()};
   options.ep_overlap = f.ep_overlap;
   options.a2a_bf16 = f.a2a_dtype == "bf16";
+  options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
+  options.max_nodes_per_token = f.max_nodes_per_token;
   auto engine = Engine::open(options);
   if (!engine.ok()) {
     return fail(comm ? "rank " + std::to_string(rank) + ": " + engine.status().message() : engine.status().message());
@@ -165,6 +172,13 @@ RunFn add_generate_command(CLI::App& app) {
   app.add_flag("--ep-overlap", f->ep_overlap, "Overlap all-to-all with expert compute (two micro-batches)");
   app.add_option("--a2a-dtype", f->a2a_dtype, "Dispatch/combine activation dtype: f32 (exact) or bf16 (half the bytes)")
       ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--a2a-mode", f->a2a_mode,
+                 "flat, hierarchical (inter-node then intra-node), or auto (hierarchical when ranks span nodes)")
+      ->check(CLI::IsMember({"auto", "flat", "hierarchical"}))
+      ->capture_default_str();
+  app.add_option("--max-nodes-per-token", f->max_nodes_per_token,
+                 "Node-limited routing: experts of each token on at most M nodes (0 = off)")
       ->capture_default_str();
   return [f] { return run_generate(*f); };
 }

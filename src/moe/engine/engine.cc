@@ -128,6 +128,9 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     impl->ep.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, impl->comm->size());
     impl->ep.options.overlap = options.ep_overlap;
     impl->ep.options.a2a_bf16 = options.a2a_bf16;
+    impl->ep.options.hierarchical =
+        options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && impl->comm->num_nodes() > 1);
+    impl->ep.options.max_nodes_per_token = options.max_nodes_per_token;
     const int me = impl->comm->rank();
     const ExpertPlacement* placement = &impl->ep.placement;
     filter = [placement, me](int, int expert) { return placement->rank_of(expert) == me; };

@@ -5,6 +5,8 @@
 #include <memory>
 
 #include "moe/core/clock.h"
+#include "moe/moe/ep_hierarchical.h"
+#include "moe/moe/router.h"
 #include "moe/tensor/dtype.h"
 
 namespace moe {
@@ -31,6 +33,7 @@ struct EpWorkspace {
   MoeWorkspace moe;
   ExpertWorkspace experts;
   MicroBatch mb[2];
+  std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> hier = make_hier_workspace();
 };
 
 void EpWorkspaceDeleter::operator()(EpWorkspace* ws) const { delete ws; }
@@ -214,6 +217,10 @@ Status finish_combine(Ctx& c, MicroBatch& mb, float* out) {
 Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& layer, const float* x,
                              int64_t num_tokens, const int* topk_idx, const float* topk_weights,
                              const EpContext& ep, EpWorkspace* ws, float* out, EpTimings* timings) {
+  if (ep.options.hierarchical) {
+    return ep_hierarchical_forward(config, layer, x, num_tokens, topk_idx, topk_weights, ep, ws->hier.get(),
+                                   &ws->experts, out, timings);
+  }
   Ctx c{config, layer, ep, ws, timings, config.hidden_size, config.router.top_k,
         ep.options.a2a_bf16 ? size_t{2} : size_t{4}, 0};
   c.row_bytes = static_cast<size_t>(c.hidden) * c.act_bytes + static_cast<size_t>(c.top_k) * (sizeof(int) + sizeof(float));
@@ -253,6 +260,16 @@ Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& laye
 Status ep_moe_forward(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
                       const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings) {
   route_tokens(config, layer, x, num_tokens, &ws->moe);
+  const int max_nodes = ctx.options.max_nodes_per_token;
+  if (max_nodes > 0 && num_tokens > 0 && max_nodes < ctx.comm->num_nodes()) {
+    std::vector<int> expert_node(static_cast<size_t>(config.router.num_experts));
+    for (int e = 0; e < config.router.num_experts; ++e) {
+      expert_node[static_cast<size_t>(e)] = ctx.comm->node_of(ctx.placement.rank_of(e));
+    }
+    route_softmax_topk_node_limited(ws->moe.router_logits.data(), num_tokens, config.router, expert_node.data(),
+                                    ctx.comm->num_nodes(), max_nodes, ws->moe.topk_idx.data(),
+                                    ws->moe.topk_weights.data());
+  }
   return ep_moe_forward_routed(config, layer, x, num_tokens, ws->moe.topk_idx.data(), ws->moe.topk_weights.data(),
                                ctx, ws, out, timings);
 }

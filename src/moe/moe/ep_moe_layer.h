@@ -26,6 +26,13 @@ namespace moe {
 struct EpOptions {
   bool a2a_bf16 = false;  // send activations as bf16 (half the bytes; not bit-equal to 1 rank)
   bool overlap = false;   // two micro-batches, communication overlapped with expert compute
+  // Two-level all-to-all over the communicator's nodes (ep_hierarchical.h): a token
+  // crosses to a remote node once, then is forwarded inside it. Blocking exchanges
+  // (overlap is not applied in this mode).
+  bool hierarchical = false;
+  // Node-limited routing (DeepSeek-V3 report, sec. 2.1.2): 0 = off; M > 0 restricts
+  // each token to experts on at most M nodes (route_node_limited in router.h).
+  int max_nodes_per_token = 0;
 };
 
 struct EpContext {

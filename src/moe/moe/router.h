@@ -18,3 +18,19 @@ void route_softmax_topk(const float* logits, int64_t num_tokens, const RouterCon
                         float* topk_weights);
 
 }  // namespace moe
+
+namespace moe {
+
+// Node-limited routing (DeepSeek-V3 technical report, sec. 2.1.2: "each token will be
+// sent to at most M nodes, which are selected according to the sum of the highest
+// K_r/M affinity scores of the experts distributed on each node"), applied to the
+// softmax router: per token, node score = sum of its ceil(top_k / M) highest expert
+// probabilities; the M best nodes are kept (ties: lower node id; more nodes are added
+// if the kept ones hold fewer than top_k experts); top-k is taken among their experts
+// and renormalised as route_softmax_topk does.
+//   expert_node: [num_experts] node of each expert; max_nodes >= 1.
+void route_softmax_topk_node_limited(const float* logits, int64_t num_tokens, const RouterConfig& cfg,
+                                     const int* expert_node, int num_nodes, int max_nodes, int* topk_idx,
+                                     float* topk_weights);
+
+}  // namespace moe
