@@ -30,6 +30,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 
 if [ "${1:-}" != "--no-run" ]; then
-  echo "==> generating with the shipped model (models/tiny-mixtral-shakespeare)"
-  ./build/moe generate --prompt "ROMEO:" --max-tokens 64 --temperature 0.8 --seed 42
+  echo "==> generating with the shipped model (models/tiny-mixtral-shakespeare), experts split over 2 MPI ranks"
+  mpirun --allow-run-as-root --oversubscribe -np 2 \
+    ./build/moe generate --ep 2 --prompt "ROMEO:" --max-tokens 64 --temperature 0.8 --seed 42 --threads 1
 fi

@@ -1,0 +1,107 @@
+// `mpirun -np N moe generate --ep N ...` (real MPI processes) against the single-process
+// run: identical greedy tokens and text, final prompt logits within 1e-4 of the logit
+// range; flat and hierarchical (emulated 2 ranks per node), with and without overlap.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+using testing::moe_binary;
+using testing::read_f32;
+using testing::run_command;
+
+const char* kPrompt = "KING HENRY IV:\nSo shaken as we are, so wan with care,";
+
+std::string mpirun(int np) {
+  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " ";
+}
+
+struct GenRun {
+  nlohmann::json json;
+  std::vector<float> logits;
+};
+
+GenRun run(const std::string& prefix, const std::string& extra, const std::string& tag) {
+  const std::string logits = "/tmp/moe_ep_mpirun_" + tag + ".f32";
+  auto r = run_command(prefix + moe_binary() + " generate --prompt " + testing::sh_quote(kPrompt) +
+                       " --max-tokens 24 --temperature 0 --threads 1 --format json --logits-out " + logits + " " +
+                       extra);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  GenRun out;
+  // The JSON object is the line starting with '{' (mpirun may add other lines).
+  std::istringstream lines(r.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line[0] == '{') out.json = nlohmann::json::parse(line);
+  }
+  out.logits = read_f32(logits);
+  return out;
+}
+
+struct Case {
+  int np;
+  std::string flags;
+};
+
+class EpMpirunTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EpMpirunTest, SameTokensAndLogitsAsOneProcess) {
+  static const GenRun single = run("", "", "single");
+  ASSERT_TRUE(single.json.contains("output_token_ids"));
+  const Case& c = GetParam();
+  const GenRun ep = run(mpirun(c.np), "--ep " + std::to_string(c.np) + " " + c.flags, "ep" + std::to_string(c.np));
+  ASSERT_TRUE(ep.json.contains("output_token_ids")) << "no JSON from rank 0";
+  EXPECT_EQ(ep.json["output_token_ids"], single.json["output_token_ids"]);
+  EXPECT_EQ(ep.json["text"], single.json["text"]);
+  ASSERT_EQ(ep.logits.size(), single.logits.size());
+  const auto [mn, mx] = std::minmax_element(single.logits.begin(), single.logits.end());
+  double max_diff = 0;
+  for (size_t i = 0; i < ep.logits.size(); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(ep.logits[i] - single.logits[i])));
+  }
+  EXPECT_LE(max_diff / (*mx - *mn), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranks, EpMpirunTest,
+    ::testing::Values(Case{1, ""}, Case{2, ""}, Case{3, ""}, Case{4, ""}, Case{4, "--ranks-per-node 2"},
+                      Case{4, "--ranks-per-node 2 --a2a-mode flat"}, Case{2, "--ep-overlap"},
+                      Case{4, "--ep-overlap"}, Case{3, "--ranks-per-node 2 --ep-overlap"}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name = "np" + std::to_string(info.param.np);
+      for (char ch : info.param.flags) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      return name;
+    });
+
+TEST(EpMpirun, DifferentModelFilesFailOnEveryRankWithoutHanging) {
+  // Rank 1 gets a different model directory through an MPMD command line.
+  const std::string other = testing::source_dir() + "/tests/data/models/random-mixtral-sharded";
+  const std::string common = " generate --ep 2 --prompt hi --max-tokens 2 --threads 1";
+  auto r = run_command("timeout 120 mpirun --allow-run-as-root --oversubscribe -np 1 " + moe_binary() + common +
+                       " : -np 1 " + moe_binary() + common + " --model " + other);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "hung";
+  EXPECT_NE(r.output.find("rank 0: rank 1 loaded a different model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: rank 1 loaded a different model"), std::string::npos) << r.output;
+}
+
+TEST(EpMpirun, EpWithoutMpirunIsAClearError) {
+  auto r = run_command(moe_binary() + " generate --ep 2 --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("mpirun -np 2"), std::string::npos) << r.output;
+}
+
+TEST(EpMpirun, EpSizeMustMatchRanks) {
+  auto r = run_command(mpirun(2) + moe_binary() + " generate --ep 3 --prompt hi --threads 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--ep 3 but mpirun started 2 ranks"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace moe
