@@ -16,7 +16,9 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
+#include <algorithm>
 
 #include "moe/tensor/dtype.h"
 
@@ -166,11 +168,13 @@ TEST_P(LinearTest, DotRowMatchesNaive) {
 const Shape kShapes[] = {
     {1, 1},     // degenerate
     {5, 3},     // k < 8: scalar tail only
+    {7, 40},    // n = 4 + 3 left over from the 4-row GEMV groups; k tail of 8
     {8, 16},    // exactly one 16-wide step
     {13, 37},   // n % 8 != 0, k % 16 != 0
     {16, 64},   //
     {33, 100},  //
-    {300, 512}, // bf16/f16: 300 KiB/600 KiB of weights -> multi-threaded GEMV and GEMM
+    {67, 24},   // one 64-row GEMV block plus 3 rows
+    {300, 512}, // 300 KiB (bf16/f16) / 600 KiB (f32) of weights -> multi-threaded GEMV and GEMM
 };
 
 std::vector<LinearCase> all_cases() {
@@ -224,28 +228,38 @@ TEST(LinearHandTest, ZeroTokensWritesNothing) {
   for (float v : y) EXPECT_EQ(v, kSentinel);
 }
 
-// The header promises the result for a row does not depend on the thread count. The
-// GEMV kernel computes each row in one thread with a fixed order, so results must be
-// bitwise identical for 1, 2 and 3 threads (3 gives an uneven 8-row split of 300 rows).
-TEST(LinearThreadsTest, GemvAndGemmIndependentOfThreadCount) {
+// Runs linear() on the same inputs with 1, 2 and 3 OpenMP threads; every result must
+// match the reference. Returns the three outputs.
+std::vector<std::vector<float>> run_with_threads(const TestWeight& w, int64_t m, const std::vector<float>& x) {
   const int saved = omp_get_max_threads();
+  std::vector<double> ref, scale;
+  naive_linear(x, m, w, &ref, &scale);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> y(static_cast<size_t>(m * w.view.rows) + 8, kSentinel);
+    linear(x.data(), m, w.view, y.data());
+    expect_close(y, ref, scale, "linear threads=" + std::to_string(threads));
+    results.push_back(std::move(y));
+  }
+  omp_set_num_threads(saved);
+  return results;
+}
+
+// The header promises the result does not depend on the thread count (rows are split in
+// fixed blocks). For the GEMV path (m <= 4) results are bitwise identical for 1, 2 and
+// 3 threads; for the GEMM path they agree within the tolerance (see the disabled test
+// below for the bitwise claim).
+TEST(LinearThreadsTest, IndependentOfThreadCount) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(dtype_name(dt));
-    const TestWeight w = make_weight(dt, 300, 512, 5);
-    for (int64_t m : {1, 3, 4, 9, 70}) {
-      SCOPED_TRACE("m=" + std::to_string(m));
-      const std::vector<float> x = make_input(m, 512, static_cast<uint32_t>(m));
-      std::vector<double> ref, scale;
-      naive_linear(x, m, w, &ref, &scale);
-      std::vector<std::vector<float>> results;
-      for (int threads : {1, 2, 3}) {
-        omp_set_num_threads(threads);
-        std::vector<float> y(static_cast<size_t>(m * 300) + 8, kSentinel);
-        linear(x.data(), m, w.view, y.data());
-        expect_close(y, ref, scale, "linear threads=" + std::to_string(threads));
-        results.push_back(std::move(y));
-      }
-      if (m <= kGemvMaxTokens) {
+    for (int64_t n : {300, 2000}) {
+      const TestWeight w = make_weight(dt, n, 512, static_cast<uint32_t>(n));
+      for (int64_t m : {1, 3, 4, 9, 70}) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " m=" + std::to_string(m));
+        const std::vector<float> x = make_input(m, 512, static_cast<uint32_t>(m));
+        const auto results = run_with_threads(w, m, x);
+        if (m > kGemvMaxTokens) continue;
         for (size_t i = 0; i < results[0].size(); ++i) {
           ASSERT_EQ(results[0][i], results[1][i]) << "2 threads differ at " << i;
           ASSERT_EQ(results[0][i], results[2][i]) << "3 threads differ at " << i;
@@ -253,7 +267,86 @@ TEST(LinearThreadsTest, GemvAndGemmIndependentOfThreadCount) {
       }
     }
   }
-  omp_set_num_threads(saved);
+}
+
+// KNOWN FAILURE (product bug, src/moe/ops/linear.cc): linear.h says "the result does not
+// depend on the thread count", but a GEMM call whose matrix fits in one work item (rows
+// <= kGemmBlockBytes / (4 * k), e.g. 300 x 512) is run outside any OpenMP region, where
+// the OpenMP build of OpenBLAS threads sgemm itself, and its multi-threaded sgemm differs
+// in the last bits from the single-threaded one. Matrices with several items (2000 x 512)
+// run each item single-threaded inside our region and are bitwise stable. Run with
+// --gtest_also_run_disabled_tests to see it.
+TEST(LinearThreadsTest, GemmBitwiseIndependentOfThreadCount) {
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const TestWeight w = make_weight(dt, 300, 512, 300);
+    for (int64_t m : {5, 9, 70}) {
+      SCOPED_TRACE("m=" + std::to_string(m));
+      const std::vector<float> x = make_input(m, 512, static_cast<uint32_t>(m));
+      const auto results = run_with_threads(w, m, x);
+      int diff = 0;
+      for (size_t i = 0; i < results[0].size(); ++i) diff += results[0][i] != results[1][i];
+      EXPECT_EQ(diff, 0) << "elements differing between 1 and 2 threads";
+    }
+  }
+}
+
+// ---- linear_many -------------------------------------------------------------------
+
+// Several jobs of different dtypes, shapes and token counts (GEMV and GEMM sizes, and
+// one skipped job with m = 0), in one call: each must equal the naive reference.
+void check_linear_many(const std::vector<std::pair<DType, Shape>>& specs, const std::vector<int64_t>& ms) {
+  ASSERT_EQ(specs.size(), ms.size());
+  std::vector<TestWeight> ws;
+  std::vector<std::vector<float>> xs, ys;
+  for (size_t j = 0; j < specs.size(); ++j) {
+    ws.push_back(make_weight(specs[j].first, specs[j].second.n, specs[j].second.k, static_cast<uint32_t>(100 + j)));
+    xs.push_back(make_input(std::max<int64_t>(ms[j], 1), specs[j].second.k, static_cast<uint32_t>(200 + j)));
+    ys.emplace_back(static_cast<size_t>(ms[j] * specs[j].second.n) + 8, kSentinel);
+  }
+  std::vector<LinearJob> jobs;
+  for (size_t j = 0; j < specs.size(); ++j) jobs.push_back({xs[j].data(), ms[j], &ws[j].view, ys[j].data()});
+  linear_many(jobs.data(), jobs.size());
+  for (size_t j = 0; j < specs.size(); ++j) {
+    SCOPED_TRACE("job " + std::to_string(j) + " " + dtype_name(specs[j].first) + " m=" + std::to_string(ms[j]));
+    std::vector<double> ref, scale;
+    naive_linear(xs[j], ms[j], ws[j], &ref, &scale);
+    expect_close(ys[j], ref, scale, "linear_many");
+    // GEMV-sized jobs compute each row in a fixed order: bitwise equal to linear() alone.
+    // (GEMM-sized ones may not be; see DISABLED_GemmBitwiseIndependentOfThreadCount.)
+    if (ms[j] <= kGemvMaxTokens) {
+      std::vector<float> alone(ys[j].size(), kSentinel);
+      linear(xs[j].data(), ms[j], ws[j].view, alone.data());
+      for (size_t i = 0; i < alone.size(); ++i) ASSERT_EQ(ys[j][i], alone[i]) << "differs from linear() at " << i;
+    }
+  }
+}
+
+TEST(LinearManyTest, SmallJobsSingleThreaded) {
+  // ~10 KiB of weights in total: below the parallel threshold.
+  check_linear_many({{DType::kBF16, {13, 37}}, {DType::kF32, {8, 16}}, {DType::kF16, {33, 100}}, {DType::kBF16, {5, 3}}},
+                    {3, 0, 7, 1});  // the skipped job is not the last one
+}
+
+TEST(LinearManyTest, LargeJobsMultiThreaded) {
+  // q/k/v-like: three projections of the same x, and expert-like groups of differing m.
+  check_linear_many({{DType::kBF16, {300, 512}},
+                     {DType::kBF16, {130, 512}},
+                     {DType::kF16, {130, 512}},
+                     {DType::kF32, {200, 96}},
+                     {DType::kBF16, {96, 200}},
+                     {DType::kF16, {70, 64}}},
+                    {2, 2, 0, 40, 5, 3});
+}
+
+TEST(LinearManyTest, EmptyListAndAllSkipped) {
+  linear_many(nullptr, 0);
+  const TestWeight w = make_weight(DType::kF32, 4, 8, 3);
+  const std::vector<float> x = make_input(1, 8, 4);
+  std::vector<float> y(4, kSentinel);
+  const LinearJob jobs[2] = {{x.data(), 0, &w.view, y.data()}, {x.data(), 0, &w.view, y.data()}};
+  linear_many(jobs, 2);
+  for (float v : y) EXPECT_EQ(v, kSentinel);
 }
 
 }  // namespace

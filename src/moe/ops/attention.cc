@@ -4,10 +4,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <vector>
 
 #include "moe/ops/activation.h"
+#include "moe/ops/blas_threads.h"
 
 namespace moe {
 namespace {
@@ -44,6 +46,8 @@ void causal_attention(const float* q, int64_t m, int64_t start_pos, const float*
   const int64_t num_qblocks = (m + kQueryBlock - 1) / kQueryBlock;
   const int64_t work = static_cast<int64_t>(s.num_heads) * num_qblocks;
   const bool parallel = total_ctx * m * s.num_heads >= 4096;
+  std::optional<ScopedSerialBlas> serial_blas;
+  if (!parallel) serial_blas.emplace();
 
 #pragma omp parallel if (parallel)
   {

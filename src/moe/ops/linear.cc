@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "moe/core/check.h"
+#include "moe/ops/blas_threads.h"
 
 namespace moe {
 namespace {
@@ -179,6 +180,7 @@ void linear_many_impl(const LinearJob* jobs, size_t num_jobs, bool force_gemm) {
   const bool parallel = n_items > 1 && omp_get_max_threads() > 1 &&
                         (total_bytes >= kParallelMinBytes || max_m * static_cast<int64_t>(total_bytes) >= (64 << 20));
   if (!parallel) {
+    ScopedSerialBlas serial_blas;
     static thread_local std::vector<float> scratch;
     for (const Item& it : items) run_item(jobs[it.job], it.r0, it.r1, force_gemm, &scratch);
     return;
