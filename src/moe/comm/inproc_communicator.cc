@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -69,22 +71,29 @@ struct Message {
   std::vector<unsigned char> data;
 };
 
+// One collective (the k-th of every rank), while it is in flight.
+struct OpState {
+  explicit OpState(int n) : slots(n), posted(n, false), pulled_by(n, false) {}
+  std::vector<Slot> slots;  // fixed once posted; read by the peers until `pulled` == n
+  std::vector<bool> posted, pulled_by;
+  int arrived = 0;   // ranks that posted (rendezvous 1 complete at n)
+  int pulled = 0;    // ranks done copying from the others (rendezvous 2 complete at n)
+  int pulling = 0;   // ranks copying right now (a failing rank waits for 0 before returning)
+  int finished = 0;  // ranks that saw rendezvous 2 complete; the last erases the entry
+};
+
 struct GroupState {
   GroupState(int n, int rpn, double timeout)
-      : num_ranks(n), ranks_per_node(rpn), timeout_seconds(timeout), arrived(n, 0), slots(n), mailbox(n) {}
+      : num_ranks(n), ranks_per_node(rpn), timeout_seconds(timeout), next_seq(n, 0), mailbox(n) {}
 
   const int num_ranks;
   const int ranks_per_node;
   const double timeout_seconds;
 
   std::mutex mu;
-  std::condition_variable cv;
-  // Rendezvous: `generation` = number completed so far; `count` = arrivals at the
-  // current one; arrived[r] = 1 + the generation rank r last arrived at.
-  uint64_t generation = 0;
-  int count = 0;
-  std::vector<uint64_t> arrived;
-  std::vector<Slot> slots;
+  std::condition_variable cv;  // notified on every state change
+  std::map<uint64_t, OpState> ops;  // by sequence number
+  std::vector<uint64_t> next_seq;   // per rank: sequence number of its next collective
   bool broken = false;
   std::string failure;  // why it broke
   std::vector<std::deque<Message>> mailbox;  // per destination, in send order
@@ -95,55 +104,22 @@ struct GroupState {
   Status broken_status(const char* op) const {
     return unavailable(std::string("inproc ") + op + ": group unusable after an earlier failure (" + failure + ")");
   }
-
-  // Posts `slot` for rank r and arrives at the next rendezvous; returns its ticket.
-  StatusOr<uint64_t> arrive(int r, const Slot* slot, const char* op) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (broken) return broken_status(op);
-    if (slot) slots[r] = *slot;
-    const uint64_t ticket = generation;
-    arrived[r] = ticket + 1;
-    if (++count == num_ranks) {
-      count = 0;
-      ++generation;
-      cv.notify_all();
-    }
-    return ticket;
-  }
-
-  // True once rendezvous `ticket` has completed. blocking: waits up to `deadline`.
-  // At the deadline the group breaks and every waiter gets DeadlineExceeded.
-  StatusOr<bool> passed(uint64_t ticket, bool blocking, Clock::time_point deadline, const char* op, int r) {
-    std::unique_lock<std::mutex> lock(mu);
-    auto done = [&] { return generation > ticket || broken; };
-    if (blocking) cv.wait_until(lock, deadline, done);
-    if (generation > ticket) return true;
-    if (broken) {
-      return deadline_exceeded(std::string("inproc ") + op + " on rank " + std::to_string(r) + ": " + failure);
-    }
-    if (Clock::now() < deadline) return false;
-    std::vector<int> missing;
-    for (int i = 0; i < num_ranks; ++i) {
-      if (arrived[i] != ticket + 1) missing.push_back(i);
-    }
-    broken = true;
-    failure = std::string("timed out after ") + seconds_str(timeout_seconds) + " s in " + op + " waiting for rank" +
-              (missing.size() == 1 ? " " : "s ") + rank_list(missing) + " (group of " + std::to_string(num_ranks) +
-              ")";
-    cv.notify_all();
-    return deadline_exceeded(std::string("inproc ") + op + " on rank " + std::to_string(r) + ": " + failure);
-  }
 };
 
 // One rank's part in one collective: post, rendezvous 1, pull from the peers,
-// rendezvous 2, finish. Driven by progress() (blocking or not).
+// rendezvous 2, finish. advance() moves it on without blocking; the communicator's
+// wait loop blocks between advances.
 class Exchange {
  public:
-  Exchange(GroupState* g, int rank, Slot slot, Status local_error)
-      : g_(g), rank_(rank), slot_(slot), local_error_(std::move(local_error)) {
+  Exchange(GroupState* g, int rank, std::vector<Exchange*>* active, Slot slot, Status local_error)
+      : g_(g), rank_(rank), active_(active), slot_(slot), local_error_(std::move(local_error)) {
     slot_.valid = local_error_.ok();
     deadline_ = g_->deadline_from_now();
   }
+  ~Exchange() { deactivate(); }
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
   // For alltoallv: the counts live here so the posted slot can point at them.
   void set_counts(std::vector<size_t> send_bytes, std::vector<size_t> recv_bytes) {
     send_bytes_ = std::move(send_bytes);
@@ -152,45 +128,81 @@ class Exchange {
     slot_.recv_bytes = &recv_bytes_;
   }
 
+  // Posts this rank's slot for its next collective.
   Status start() {
-    auto t = g_->arrive(rank_, &slot_, name());
-    if (!t.ok()) {
-      finish(t.status());
+    std::lock_guard<std::mutex> lock(g_->mu);
+    if (g_->broken) {
+      finish(g_->broken_status(name()));
       return result_;
     }
-    ticket_ = t.value();
+    seq_ = g_->next_seq[rank_]++;
+    op_ = &g_->ops.try_emplace(seq_, g_->num_ranks).first->second;
+    op_->slots[rank_] = slot_;
+    op_->posted[rank_] = true;
+    if (++op_->arrived == g_->num_ranks) g_->cv.notify_all();
+    active_->push_back(this);
     return ok_status();
   }
 
   bool done() const { return phase_ == Phase::kDone; }
   const Status& result() const { return result_; }
+  Clock::time_point deadline() const { return deadline_; }
 
-  // Advances as far as possible; true once done (result() holds the outcome).
-  StatusOr<bool> progress(bool blocking) {
+  // Lock held: whether advance() would get further (or fail) now.
+  bool can_advance_locked() const {
+    if (phase_ == Phase::kDone || g_->broken) return true;
+    if (phase_ == Phase::kPosted) return op_->arrived == g_->num_ranks;
+    return op_->pulled == g_->num_ranks;
+  }
+
+  // Goes as far as possible without blocking. Lock not held.
+  void advance() {
     while (phase_ != Phase::kDone) {
-      auto passed = g_->passed(ticket_, blocking, deadline_, name(), rank_);
-      if (!passed.ok()) {
-        finish(passed.status());
-        break;
+      std::unique_lock<std::mutex> lock(g_->mu);
+      if (g_->broken) {
+        fail_locked(lock, deadline_exceeded(std::string("inproc ") + name() + " on rank " + std::to_string(rank_) +
+                                            ": " + g_->failure));
+        return;
       }
-      if (!passed.value()) return false;
       if (phase_ == Phase::kPosted) {
+        if (op_->arrived < g_->num_ranks) return;
+        ++op_->pulling;
+        lock.unlock();
         copy_result_ = pull();
-        auto t = g_->arrive(rank_, nullptr, name());
-        if (!t.ok()) {
-          finish(t.status());
-          break;
-        }
-        ticket_ = t.value();
+        lock.lock();
+        --op_->pulling;
+        op_->pulled_by[rank_] = true;
+        ++op_->pulled;
+        g_->cv.notify_all();
         phase_ = Phase::kPulled;
-      } else {
-        // Every peer has finished reading our buffers: safe to write in place.
-        if (copy_result_.ok() && !reduced_.empty()) std::memcpy(slot_.recv, reduced_.data(), reduced_.size());
-        finish(copy_result_);
+        continue;
       }
+      if (op_->pulled < g_->num_ranks) return;
+      if (++op_->finished == g_->num_ranks) g_->ops.erase(seq_);
+      op_ = nullptr;
+      lock.unlock();
+      // Every peer has finished reading our buffers: safe to write in place.
+      if (copy_result_.ok() && !reduced_.empty()) std::memcpy(slot_.recv, reduced_.data(), reduced_.size());
+      finish(copy_result_);
     }
-    if (!result_.ok()) return result_;
-    return true;
+  }
+
+  // Lock held, deadline passed and can_advance_locked() false: breaks the group,
+  // naming the ranks this exchange waits for.
+  void time_out_locked(std::unique_lock<std::mutex>& lock) {
+    std::vector<int> missing;
+    const std::vector<bool>& have = phase_ == Phase::kPosted ? op_->posted : op_->pulled_by;
+    for (int i = 0; i < g_->num_ranks; ++i) {
+      if (!have[i]) missing.push_back(i);
+    }
+    g_->broken = true;
+    g_->failure = std::string("timed out after ") + seconds_str(g_->timeout_seconds) + " s in " + name() +
+                  " waiting for rank" + (missing.size() == 1 ? " " : "s ") + rank_list(missing) +
+                  (phase_ == Phase::kPosted ? "" : " to copy (test()/wait() on their request)") + " (group of " +
+                  std::to_string(g_->num_ranks) + ")";
+    g_->cv.notify_all();
+    fail_locked(lock, deadline_exceeded(std::string("inproc ") + name() + " on rank " + std::to_string(rank_) + ": " +
+                                        g_->failure));
   }
 
  private:
@@ -198,9 +210,29 @@ class Exchange {
 
   const char* name() const { return op_name(slot_.op); }
 
+  void deactivate() {
+    for (auto it = active_->begin(); it != active_->end(); ++it) {
+      if (*it == this) {
+        active_->erase(it);
+        return;
+      }
+    }
+  }
+
   void finish(Status s) {
     phase_ = Phase::kDone;
     result_ = std::move(s);
+    deactivate();
+  }
+
+  // Gives up on the operation (the group is broken). Peers that are copying from our
+  // buffers right now finish first; no new copy starts once the group is broken.
+  void fail_locked(std::unique_lock<std::mutex>& lock, Status s) {
+    if (op_ != nullptr) {
+      g_->cv.wait(lock, [&] { return op_->pulling == 0; });
+      op_ = nullptr;
+    }
+    finish(std::move(s));
   }
 
   Status invalid(const std::string& m) const {
@@ -210,7 +242,7 @@ class Exchange {
   // Between the rendezvous: checks that all ranks agree, then copies from the peers.
   Status pull() {
     const int n = g_->num_ranks;
-    const std::vector<Slot>& s = g_->slots;
+    const std::vector<Slot>& s = op_->slots;
     for (int j = 0; j < n; ++j) {
       if (s[j].op != slot_.op) {
         return invalid(std::string("rank ") + std::to_string(j) + " called " + op_name(s[j].op) + " instead");
@@ -260,7 +292,7 @@ class Exchange {
 
   Status pull_alltoallv() {
     const int n = g_->num_ranks;
-    const std::vector<Slot>& s = g_->slots;
+    const std::vector<Slot>& s = op_->slots;
     // Every rank checks every pair, so all ranks agree on the outcome.
     for (int i = 0; i < n; ++i) {
       for (int j = 0; j < n; ++j) {
@@ -288,7 +320,7 @@ class Exchange {
   template <typename T>
   Status pull_allreduce() {
     const int n = g_->num_ranks;
-    const std::vector<Slot>& s = g_->slots;
+    const std::vector<Slot>& s = op_->slots;
     for (int j = 0; j < n; ++j) {
       if (s[j].bytes != slot_.bytes) {
         return invalid("rank " + std::to_string(j) + " has " + std::to_string(s[j].bytes) + " elements, rank " +
@@ -308,11 +340,13 @@ class Exchange {
 
   GroupState* g_;
   int rank_;
+  std::vector<Exchange*>* active_;
   Slot slot_;
   Status local_error_;
   std::vector<size_t> send_bytes_, recv_bytes_;
   Clock::time_point deadline_;
-  uint64_t ticket_ = 0;
+  uint64_t seq_ = 0;
+  OpState* op_ = nullptr;  // valid from start() until this rank is done with it
   Phase phase_ = Phase::kPosted;
   Status copy_result_;
   Status result_;
@@ -329,10 +363,8 @@ class InProcRequest : public CommRequest {
   StatusOr<bool> test() override;
 
  private:
-  void release();
   InProcCommunicator* comm_;
   std::unique_ptr<Exchange> ex_;
-  bool released_ = false;
 };
 
 class InProcCommunicator : public Communicator {
@@ -353,15 +385,14 @@ class InProcCommunicator : public Communicator {
 
   Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                    const std::vector<size_t>& recv_bytes) override {
-    MOE_ASSIGN_OR_RETURN(auto ex, make_alltoallv(send, send_bytes, recv, recv_bytes));
+    auto ex = make_alltoallv(send, send_bytes, recv, recv_bytes);
     return run(*ex);
   }
 
   StatusOr<std::unique_ptr<CommRequest>> ialltoallv(const void* send, const std::vector<size_t>& send_bytes,
                                                     void* recv, const std::vector<size_t>& recv_bytes) override {
-    MOE_ASSIGN_OR_RETURN(auto ex, make_alltoallv(send, send_bytes, recv, recv_bytes));
+    auto ex = make_alltoallv(send, send_bytes, recv, recv_bytes);
     MOE_RETURN_IF_ERROR(ex->start());
-    busy_ = true;
     return std::unique_ptr<CommRequest>(std::make_unique<InProcRequest>(this, std::move(ex)));
   }
 
@@ -374,7 +405,7 @@ class InProcCommunicator : public Communicator {
     if (!send || !recv || static_cast<const void*>(send) == static_cast<const void*>(recv)) {
       err = local_invalid(s.op, "null or identical send/recv buffers");
     }
-    Exchange ex(g_.get(), rank_, s, err);
+    Exchange ex(g_.get(), rank_, &active_, s, err);
     return run(ex);
   }
 
@@ -389,7 +420,7 @@ class InProcCommunicator : public Communicator {
     s.bytes = bytes;
     Status err;
     if (bytes && (!send || !recv)) err = local_invalid(s.op, "null buffer");
-    Exchange ex(g_.get(), rank_, s, err);
+    Exchange ex(g_.get(), rank_, &active_, s, err);
     return run(ex);
   }
 
@@ -402,14 +433,14 @@ class InProcCommunicator : public Communicator {
     Status err;
     if (root < 0 || root >= size()) err = local_invalid(s.op, "root " + std::to_string(root) + " out of range");
     if (bytes && !data) err = local_invalid(s.op, "null buffer");
-    Exchange ex(g_.get(), rank_, s, err);
+    Exchange ex(g_.get(), rank_, &active_, s, err);
     return run(ex);
   }
 
   Status barrier() override {
     Slot s;
     s.op = Op::kBarrier;
-    Exchange ex(g_.get(), rank_, s, ok_status());
+    Exchange ex(g_.get(), rank_, &active_, s, ok_status());
     return run(ex);
   }
 
@@ -427,7 +458,6 @@ class InProcCommunicator : public Communicator {
   Status recv(void* data, size_t bytes, int source, int tag) override {
     MOE_RETURN_IF_ERROR(check_peer("recv", source, tag, data, bytes));
     const auto deadline = g_->deadline_from_now();
-    std::unique_lock<std::mutex> lock(g_->mu);
     std::deque<Message>& box = g_->mailbox[rank_];
     auto find = [&] {
       for (auto it = box.begin(); it != box.end(); ++it) {
@@ -435,17 +465,25 @@ class InProcCommunicator : public Communicator {
       }
       return box.end();
     };
-    auto it = box.end();
-    g_->cv.wait_until(lock, deadline, [&] { return g_->broken || (it = find()) != box.end(); });
-    if (g_->broken) return g_->broken_status("recv");
-    if (it == box.end()) {
-      return deadline_exceeded("inproc recv on rank " + std::to_string(rank_) + ": timed out after " +
-                               seconds_str(g_->timeout_seconds) + " s waiting for rank " + std::to_string(source) +
-                               " (tag " + std::to_string(tag) + ", " + std::to_string(bytes) + " bytes)");
+    Message m;
+    while (true) {
+      progress_all();  // outstanding ialltoallv requests keep moving meanwhile
+      std::unique_lock<std::mutex> lock(g_->mu);
+      auto it = box.end();
+      const bool woke = g_->cv.wait_until(
+          lock, deadline, [&] { return g_->broken || (it = find()) != box.end() || any_can_advance_locked(); });
+      if (g_->broken) return g_->broken_status("recv");
+      if (it != box.end()) {
+        m = std::move(*it);
+        box.erase(it);
+        break;
+      }
+      if (!woke) {
+        return deadline_exceeded("inproc recv on rank " + std::to_string(rank_) + ": timed out after " +
+                                 seconds_str(g_->timeout_seconds) + " s waiting for rank " + std::to_string(source) +
+                                 " (tag " + std::to_string(tag) + ", " + std::to_string(bytes) + " bytes)");
+      }
     }
-    Message m = std::move(*it);
-    box.erase(it);
-    lock.unlock();
     if (m.data.size() != bytes) {
       return invalid_argument("inproc recv on rank " + std::to_string(rank_) + ": rank " + std::to_string(source) +
                               " sent " + std::to_string(m.data.size()) + " bytes with tag " + std::to_string(tag) +
@@ -455,15 +493,39 @@ class InProcCommunicator : public Communicator {
     return ok_status();
   }
 
-  void request_done() { busy_ = false; }
+  // Blocks until `ex` is done (or times out), progressing every outstanding operation
+  // of this rank meanwhile.
+  Status wait_exchange(Exchange& ex) {
+    while (true) {
+      progress_all();
+      if (ex.done()) return ex.result();
+      std::unique_lock<std::mutex> lock(g_->mu);
+      if (!g_->cv.wait_until(lock, ex.deadline(), [&] { return any_can_advance_locked(); })) {
+        ex.time_out_locked(lock);
+        return ex.result();
+      }
+    }
+  }
+
+  StatusOr<bool> test_exchange(Exchange& ex) {
+    progress_all();
+    if (!ex.done()) {
+      std::unique_lock<std::mutex> lock(g_->mu);
+      if (ex.can_advance_locked()) return false;  // became ready just now: next test()
+      if (Clock::now() < ex.deadline()) return false;
+      ex.time_out_locked(lock);
+    }
+    if (!ex.result().ok()) return ex.result();
+    return true;
+  }
 
  private:
   Status local_invalid(Op op, const std::string& m) const {
     return invalid_argument(std::string("inproc ") + op_name(op) + " on rank " + std::to_string(rank_) + ": " + m);
   }
 
-  StatusOr<std::unique_ptr<Exchange>> make_alltoallv(const void* send, const std::vector<size_t>& send_bytes,
-                                                     void* recv, const std::vector<size_t>& recv_bytes) {
+  std::unique_ptr<Exchange> make_alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                                           const std::vector<size_t>& recv_bytes) {
     Slot s;
     s.op = Op::kAlltoallv;
     s.send = send;
@@ -483,7 +545,7 @@ class InProcCommunicator : public Communicator {
         err = local_invalid(s.op, "send and recv are the same buffer");
       }
     }
-    auto ex = std::make_unique<Exchange>(g_.get(), rank_, s, err);
+    auto ex = std::make_unique<Exchange>(g_.get(), rank_, &active_, s, err);
     // With bad counts, post n zeros so that peers' pair checks stay in bounds (they
     // stop at the invalid flag anyway).
     if (err.ok()) {
@@ -501,20 +563,25 @@ class InProcCommunicator : public Communicator {
     s.bytes = n;
     Status err;
     if (n && !data) err = local_invalid(op, "null buffer");
-    Exchange ex(g_.get(), rank_, s, err);
+    Exchange ex(g_.get(), rank_, &active_, s, err);
     return run(ex);
   }
 
   Status run(Exchange& ex) {
-    if (busy_) {
-      return failed_precondition(std::string("inproc collective on rank ") + std::to_string(rank_) +
-                                 ": an ialltoallv request is still outstanding (wait() for it first)");
-    }
     MOE_RETURN_IF_ERROR(ex.start());
-    while (true) {
-      MOE_ASSIGN_OR_RETURN(bool done, ex.progress(/*blocking=*/true));
-      if (done) return ok_status();
+    return wait_exchange(ex);
+  }
+
+  void progress_all() {
+    const std::vector<Exchange*> snapshot = active_;  // advance() may remove entries
+    for (Exchange* x : snapshot) x->advance();
+  }
+
+  bool any_can_advance_locked() const {
+    for (const Exchange* x : active_) {
+      if (x->can_advance_locked()) return true;
     }
+    return false;
   }
 
   Status check_peer(const char* op, int peer, int tag, const void* data, size_t bytes) const {
@@ -528,34 +595,16 @@ class InProcCommunicator : public Communicator {
 
   std::shared_ptr<GroupState> g_;
   int rank_;
-  bool busy_ = false;
+  std::vector<Exchange*> active_;  // this rank's collectives in flight, in issue order
 };
 
 InProcRequest::~InProcRequest() {
-  if (!released_) (void)wait();
+  if (!ex_->done()) (void)wait();
 }
 
-void InProcRequest::release() {
-  if (!released_ && ex_->done()) {
-    released_ = true;
-    comm_->request_done();
-  }
-}
+Status InProcRequest::wait() { return comm_->wait_exchange(*ex_); }
 
-Status InProcRequest::wait() {
-  while (!ex_->done()) {
-    auto r = ex_->progress(/*blocking=*/true);
-    if (!r.ok()) break;
-  }
-  release();
-  return ex_->result();
-}
-
-StatusOr<bool> InProcRequest::test() {
-  auto r = ex_->progress(/*blocking=*/false);
-  release();
-  return r;
-}
+StatusOr<bool> InProcRequest::test() { return comm_->test_exchange(*ex_); }
 
 }  // namespace inproc_detail
 

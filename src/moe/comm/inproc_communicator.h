@@ -1,20 +1,24 @@
 // InProcessGroup: a Communicator backend of N ranks as N threads of one process.
 //
 // For tests, and for single-process runs of multi-rank code. Collectives rendezvous
-// through shared state (one mutex + condition variable, generation counters) and copy
-// directly between the ranks' buffers: each rank posts its buffers, waits until every
+// through shared state (one mutex + condition variable) and copy directly between the
+// ranks' buffers. The k-th collective a rank issues matches the k-th of every other
+// rank (as in MPI): each rank posts its buffers for operation k, waits until every
 // rank has posted (rendezvous 1), pulls what it needs from the others, then waits
 // until every rank has finished pulling (rendezvous 2) so that no buffer is released
 // or reused while a peer still reads it. Every wait is bounded by the group's timeout:
 // a rank that never calls makes the others return DeadlineExceeded naming the
 // operation and the missing ranks, and breaks the group (later calls: Unavailable).
 //
+// Nonblocking ialltoallv: issuing it posts the buffers; the pull and rendezvous 2 run
+// in test()/wait(). Any number may be outstanding, interleaved with blocking
+// collectives; like an MPI library, a rank blocked in any wait also progresses its
+// other outstanding operations, so "rank 0 waits on its request while rank 1 is in the
+// next barrier" completes rather than deadlocking.
+//
 // Mismatched calls (different operations, or disagreeing sizes/roots/counts on
 // different ranks) return InvalidArgument on every rank instead of corrupting data.
 // send() copies into a mailbox and returns at once; recv() waits for the match.
-//
-// One outstanding nonblocking operation per rank: while an ialltoallv request of a
-// rank is incomplete, other collectives on that rank return FailedPrecondition.
 #pragma once
 
 #include <functional>
