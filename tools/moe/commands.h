@@ -13,6 +13,7 @@ using RunFn = std::function<int()>;
 
 RunFn add_generate_command(CLI::App& parent);
 RunFn add_bench_generate_command(CLI::App& bench);
+RunFn add_bench_a2a_command(CLI::App& bench);
 
 // The model shipped in the repository, found relative to the working directory, the
 // binary, or the source tree.

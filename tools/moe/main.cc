@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   auto* bench_generate = bench->add_subcommand("generate", "Prefill and decode tokens/s vs the memory-bandwidth bound");
   auto run_bench_generate = moe::cli::add_bench_generate_command(*bench_generate);
+  auto* bench_a2a = bench->add_subcommand("a2a", "EP dispatch+combine vs plain MPI_Alltoallv and memcpy (under mpirun)");
+  auto run_bench_a2a = moe::cli::add_bench_a2a_command(*bench_a2a);
 
   try {
     app.parse(argc, argv);
@@ -71,5 +73,6 @@ int main(int argc, char** argv) {
   } finalize{mpi};
   if (generate->parsed()) return run_generate();
   if (bench_generate->parsed()) return run_bench_generate();
+  if (bench_a2a->parsed()) return run_bench_a2a();
   return 2;
 }
