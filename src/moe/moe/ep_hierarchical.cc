@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "moe/core/clock.h"
-#include "moe/tensor/dtype.h"
+#include "moe/moe/ep_wire.h"
 
 namespace moe {
 
@@ -69,21 +69,8 @@ struct Wire {
   size_t act_bytes() const { return static_cast<size_t>(hidden) * (bf16 ? 2 : 4); }
   size_t row_bytes() const { return act_bytes() + static_cast<size_t>(top_k) * (sizeof(int) + sizeof(float)); }
 
-  void pack_act(const float* src, uint8_t* dst) const {
-    if (!bf16) {
-      std::memcpy(dst, src, act_bytes());
-      return;
-    }
-    uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-    for (int64_t i = 0; i < hidden; ++i) d[i] = f32_to_bf16(src[i]);
-  }
-  void unpack_act(const uint8_t* src, float* dst) const {
-    if (!bf16) {
-      std::memcpy(dst, src, act_bytes());
-      return;
-    }
-    convert_to_f32(src, DType::kBF16, dst, static_cast<size_t>(hidden));
-  }
+  void pack_act(const float* src, uint8_t* dst) const { pack_activations(src, hidden, bf16, dst); }
+  void unpack_act(const uint8_t* src, float* dst) const { unpack_activations(src, hidden, bf16, dst); }
 };
 
 // Counts exchange + payload exchange of rows built from `act(src_row)`.

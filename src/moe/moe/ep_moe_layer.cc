@@ -6,6 +6,7 @@
 
 #include "moe/core/clock.h"
 #include "moe/moe/ep_hierarchical.h"
+#include "moe/moe/ep_wire.h"
 #include "moe/moe/router.h"
 #include "moe/tensor/dtype.h"
 
@@ -58,23 +59,6 @@ struct Ctx {
   size_t act_bytes;  // bytes per activation element on the wire
   size_t row_bytes;  // dispatch row: activations + top_k ids + top_k weights
 };
-
-void pack_activations(const float* src, int64_t n, bool bf16, uint8_t* dst) {
-  if (!bf16) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-  for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
-}
-
-void unpack_activations(const uint8_t* src, int64_t n, bool bf16, float* dst) {
-  if (!bf16) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  convert_to_f32(src, DType::kBF16, dst, static_cast<size_t>(n));
-}
 
 // Layout, counts exchange, packed send buffer.
 Status prepare(Ctx& c, MicroBatch& mb, const float* x, const int* topk_idx, const float* topk_w) {
