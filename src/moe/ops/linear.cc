@@ -69,8 +69,18 @@ void gemv_rows(const float* x, const Weight2D& w, float* y, int64_t r0, int64_t 
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t)
         for (int u = 0; u < U; ++u) acc[i][t][u] = _mm256_setzero_ps();
+    // Software prefetch of the next block of rows, one cache line per row per step
+    // (kStep * es <= 64 bytes): decode streams weights from DRAM and the hardware
+    // prefetcher alone leaves bandwidth unused (docs/performance.md).
+    const uint8_t* next = (r + 2 * R <= r1) ? w.row(r + R) : nullptr;
+    const size_t row_bytes = static_cast<size_t>(k) * es;
     int64_t j = 0;
     for (; j + kStep <= k; j += kStep) {
+      if (next != nullptr && ((j * static_cast<int64_t>(es)) & 63) == 0) {
+        for (int i = 0; i < R; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + i * row_bytes + j * es), _MM_HINT_T0);
+        }
+      }
       for (int u = 0; u < U; ++u) {
         __m256 xv[M];
         for (int t = 0; t < M; ++t) xv[t] = _mm256_loadu_ps(x + t * k + j + 8 * u);
