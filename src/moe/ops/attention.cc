@@ -1,6 +1,7 @@
 #include "moe/ops/attention.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -16,13 +17,27 @@ namespace {
 
 constexpr int64_t kQueryBlock = 128;  // queries per sgemm block (bounds scratch memory)
 
-// One query row against one KV head with dot loops (decode path).
+inline float hsum8(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// One query row against one KV head (decode path), AVX2 when head_dim % 8 == 0.
 void attend_one(const float* q, int64_t ctx, const float* k, const float* v, int hd, float scale,
                 float* scores, float* out) {
+  const bool vec = hd % 8 == 0;
   for (int64_t p = 0; p < ctx; ++p) {
     const float* kp = k + p * hd;
     float s = 0;
-    for (int i = 0; i < hd; ++i) s += q[i] * kp[i];
+    if (vec) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int i = 0; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kp + i), acc);
+      s = hsum8(acc);
+    } else {
+      for (int i = 0; i < hd; ++i) s += q[i] * kp[i];
+    }
     scores[p] = s * scale;
   }
   softmax(scores, ctx);
@@ -30,7 +45,14 @@ void attend_one(const float* q, int64_t ctx, const float* k, const float* v, int
   for (int64_t p = 0; p < ctx; ++p) {
     const float w = scores[p];
     const float* vp = v + p * hd;
-    for (int i = 0; i < hd; ++i) out[i] += w * vp[i];
+    if (vec) {
+      const __m256 wv = _mm256_set1_ps(w);
+      for (int i = 0; i < hd; i += 8) {
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp + i), _mm256_loadu_ps(out + i)));
+      }
+    } else {
+      for (int i = 0; i < hd; ++i) out[i] += w * vp[i];
+    }
   }
 }
 
