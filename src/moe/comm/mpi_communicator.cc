@@ -1,12 +1,6 @@
 #include "moe/comm/mpi_communicator.h"
 
-// The C API only (Debian's Open MPI would otherwise pull in the C++ bindings).
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
+// (OMPI_SKIP_MPICXX: set for every user of the moe target, src/CMakeLists.txt.)
 #include <mpi.h>
 
 #include <algorithm>
