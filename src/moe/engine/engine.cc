@@ -176,7 +176,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   impl->comm = options.comm;
   Status local = open_local(options, impl.get());
   if (impl->comm != nullptr) {
-    const uint64_t fp = local.ok() ? model_fingerprint(options.model_dir, impl->config, impl->weights, impl->checkpoint) : 0;
+    const uint64_t fp = local.ok() ? model_fingerprint(options.model_dir, impl->weights, impl->checkpoint) : 0;
     Status agreed = agree_on_startup(*impl->comm, local, fp);
     if (!agreed.ok()) {
       impl->workers_stopped = true;  // nobody will run the step loop
@@ -281,7 +281,9 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
   result.prefill_seconds = t1 - t0;
   if (req.return_prompt_logits) result.prompt_logits = logits;
 
-  const std::string prompt_text = on_token ? impl_->tokenizer->decode(prompt) : std::string();
+  // The prompt as decoded text: continuations are cut from decode(prompt + output), so
+  // the first word keeps its leading space (as vLLM's incremental detokenizer does).
+  const std::string prompt_text = impl_->tokenizer->decode(prompt);
   size_t emitted = 0;  // bytes of the continuation already streamed
   std::vector<int> all = prompt;
   result.finish_reason = "length";
@@ -309,12 +311,9 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
     ++pos;
   }
   result.decode_seconds = now_seconds() - t1;
-  // Text of the continuation, decoded with the prompt as context so the first word's
-  // leading space is kept (as vLLM's incremental detokenizer does).
-  const std::string prompt_decoded = impl_->tokenizer->decode(prompt);
   const std::string full = impl_->tokenizer->decode(all);
-  result.text = full.compare(0, prompt_decoded.size(), prompt_decoded) == 0 ? full.substr(prompt_decoded.size())
-                                                                             : impl_->tokenizer->decode(result.output_token_ids);
+  result.text = full.compare(0, prompt_text.size(), prompt_text) == 0 ? full.substr(prompt_text.size())
+                                                                       : impl_->tokenizer->decode(result.output_token_ids);
   return result;
 }
 

@@ -6,8 +6,7 @@
 
 namespace moe {
 
-uint64_t model_fingerprint(const std::string& model_dir, const ModelConfig& config, const ModelWeights& weights,
-                           const Checkpoint& checkpoint) {
+uint64_t model_fingerprint(const std::string& model_dir, const ModelWeights& weights, const Checkpoint& checkpoint) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   auto config_text = read_text_file(model_dir + "/config.json");
@@ -25,7 +24,6 @@ uint64_t model_fingerprint(const std::string& model_dir, const ModelConfig& conf
     XXH3_64bits_update(state, layer.router.data, layer.router.bytes());
   }
   XXH3_64bits_update(state, weights.final_norm.data(), weights.final_norm.size() * sizeof(float));
-  (void)config;
   const uint64_t h = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return h;

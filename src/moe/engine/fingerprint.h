@@ -6,7 +6,6 @@
 #include <string>
 
 #include "moe/model/checkpoint.h"
-#include "moe/model/config.h"
 #include "moe/model/weights.h"
 
 namespace moe {
@@ -14,7 +13,6 @@ namespace moe {
 // XXH3-64 over: config.json's bytes, the tensor table (names, dtypes, shapes) of every
 // shard, and the bytes of the replicated small tensors every rank holds (norm weights,
 // routers). Expert weights are not read (each rank holds different ones).
-uint64_t model_fingerprint(const std::string& model_dir, const ModelConfig& config, const ModelWeights& weights,
-                           const Checkpoint& checkpoint);
+uint64_t model_fingerprint(const std::string& model_dir, const ModelWeights& weights, const Checkpoint& checkpoint);
 
 }  // namespace moe

@@ -34,6 +34,7 @@ struct EpWorkspace {
   MoeWorkspace moe;
   ExpertWorkspace experts;
   MicroBatch mb[2];
+  std::vector<float> row;  // one returned row, unpacked
   std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> hier = make_hier_workspace();
 };
 
@@ -185,7 +186,7 @@ Status start_combine(Ctx& c, MicroBatch& mb) {
 Status finish_combine(Ctx& c, MicroBatch& mb, float* out) {
   MOE_RETURN_IF_ERROR(wait_request(c, mb));
   const size_t out_row = static_cast<size_t>(c.hidden) * c.act_bytes;
-  std::vector<float>& tmp = c.ws->moe.router_logits;  // scratch row
+  std::vector<float>& tmp = c.ws->row;
   if (tmp.size() < static_cast<size_t>(c.hidden)) tmp.resize(static_cast<size_t>(c.hidden));
   for (int64_t row = 0; row < mb.layout.total_send(); ++row) {
     unpack_activations(mb.back_recv_buf.data() + static_cast<size_t>(row) * out_row, c.hidden, c.ep.options.a2a_bf16,
