@@ -28,7 +28,9 @@ struct GenRun {
 };
 
 GenRun run(const std::string& prefix, const std::string& extra, const std::string& tag) {
-  const std::string logits = "/tmp/moe_ep_mpirun_" + tag + ".f32";
+  // A private directory per run: ctest runs the parameterised cases as parallel processes.
+  static const std::string dir = testing::make_temp_dir("ep_mpirun");
+  const std::string logits = dir + "/" + tag + ".f32";
   auto r = run_command(prefix + moe_binary() + " generate --prompt " + testing::sh_quote(kPrompt) +
                        " --max-tokens 24 --temperature 0 --threads 1 --format json --logits-out " + logits + " " +
                        extra);
