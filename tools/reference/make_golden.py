@@ -6,6 +6,9 @@
       weights are identical, golden files don't record the path they were read from).
   tests/data/golden/random-mixtral-sharded/<case>.json + .logits.f32 + index.json
       tests/data/models/random-mixtral-sharded (made by make_test_checkpoint.py if missing).
+  tests/data/golden/random-qwen2-moe/, tests/data/golden/random-qwen3-moe/
+      tests/data/models/random-qwen{2,3}-moe (made by make_qwen_test_checkpoints.py if
+      missing), computed with qwen_moe_ref.py.
 
 Per case json:
   prompt             text (null when the case is given as token ids)
@@ -19,6 +22,10 @@ Per case json:
   gap over the greedy steps; tiny margins mean argmax may legitimately flip at lower
   precision), greedy_margins (that gap per step: compare greedy ids only up to the first
   step whose margin is below your tolerance), prompt_topk_experts[layer][token] (router top-k expert ids, descending weight).
+  Qwen sets (not every layer is sparse): moe_layers lists the sparse layer indices, and
+  prompt_topk_experts / prompt_topk_weights are objects keyed by the layer index as a
+  decimal string ("0", "2", ...; sparse layers only), each [token][k], descending weight;
+  the weights are the ones the experts are scaled by (after norm_topk_prob), rounded to 1e-6.
 
 Also prints (does not store) the tiny model's mean NLL over the first 256 tokens
 (BOS + 255 text tokens) of the held-out text at char offset 1059636: expect ~3.5-4.3
@@ -38,6 +45,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import mixtral_ref  # noqa: E402
 import make_test_checkpoint  # noqa: E402
+import make_qwen_test_checkpoints  # noqa: E402
+import qwen_moe_ref  # noqa: E402
 
 REPO = make_test_checkpoint.REPO
 GOLDEN = os.path.join(REPO, "tests", "data", "golden")
@@ -72,9 +81,25 @@ def random_prompts():
     ]
 
 
+def qwen_prompts():
+    g = np.random.default_rng(11)
+    long_ids = [BOS] + [int(x) for x in g.integers(3, 2048, size=63)]
+    return [
+        ("ids_5", [1, 50, 300, 1000, 7]),
+        ("bos_only", [1]),
+        ("ids_64", long_ids),
+    ]
+
+
 def run_case(model, out_dir, name, prompt, ids, sp):
     logits = model.forward(ids)
-    topk = [t.tolist() for t in model.last_topk]  # [layer][token][k]
+    if isinstance(model.last_topk, dict):  # qwen: sparse layers only, keyed by layer index
+        topk = {str(l): t.tolist() for l, t in sorted(model.last_topk.items())}
+        topw = {str(l): [[round(float(x), 6) for x in row] for row in t.tolist()]
+                for l, t in sorted(model.last_topw.items())}
+    else:
+        topk = [t.tolist() for t in model.last_topk]  # [layer][token][k]
+        topw = None
     last = logits[-1].contiguous().numpy().astype("<f4")
     greedy = []
     margins = []
@@ -111,6 +136,9 @@ def run_case(model, out_dir, name, prompt, ids, sp):
         "greedy_margins": [round(m, 6) for m in margins],
         "prompt_topk_experts": topk,
     }
+    if topw is not None:
+        rec["moe_layers"] = [int(l) for l in topk]
+        rec["prompt_topk_weights"] = topw
     with open(os.path.join(out_dir, name + ".json"), "w") as f:
         f.write(dumps_flat(rec))
     return rec
@@ -123,16 +151,22 @@ def dumps_flat(d):
     return "{\n" + ",\n".join(items) + "\n}\n"
 
 
-def write_index(out_dir, model_rel, cases):
+MIXTRAL_GENERATOR = "tools/reference/make_golden.py (float32 PyTorch reference of HF Mixtral 4.46)"
+QWEN_GENERATOR = ("tools/reference/make_golden.py (float32 PyTorch reference qwen_moe_ref.py of HF "
+                  "Qwen2-MoE / Qwen3-MoE)")
+
+
+def write_index(out_dir, model_rel, cases, generator=MIXTRAL_GENERATOR, extra=None):
     idx = {
         "model_dir": model_rel,
-        "generator": "tools/reference/make_golden.py (float32 PyTorch reference of HF Mixtral 4.46)",
+        "generator": generator,
         "n_greedy": N_GREEDY,
         "bos_prepended": True,
         "logits": "float32 little-endian, last prompt position, [vocab_size]",
         "cases": [{"name": n, "json": n + ".json", "logits_file": r["logits_file"],
                    "n_prompt_tokens": len(r["prompt_token_ids"])} for n, r in cases],
     }
+    idx.update(extra or {})
     with open(os.path.join(out_dir, "index.json"), "w") as f:
         json.dump(idx, f, indent=1)
         f.write("\n")
@@ -148,7 +182,7 @@ def heldout_nll(model, sp, n_tokens=256):
 
 def main():
     ap = argparse.ArgumentParser(description="write golden data with the PyTorch reference")
-    ap.add_argument("--only", choices=["tiny", "random"], default=None)
+    ap.add_argument("--only", choices=["tiny", "random", "qwen2", "qwen3"], default=None)
     a = ap.parse_args()
 
     if a.only in (None, "tiny"):
@@ -186,6 +220,27 @@ def main():
             print("  %-14s %3d prompt tokens, margin %.3f, greedy ids: %s"
                   % (name, len(ids), r["greedy_min_margin"], r["greedy_token_ids"]))
         write_index(out, "tests/data/models/random-mixtral-sharded", cases)
+
+    for key in ("qwen2", "qwen3"):
+        if a.only not in (None, key):
+            continue
+        name = make_qwen_test_checkpoints.MODELS[key][0]
+        model_dir = os.path.join(make_qwen_test_checkpoints.MODELS_DIR, name)
+        if not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+            subprocess.check_call([sys.executable, os.path.join(HERE, "make_qwen_test_checkpoints.py"),
+                                   "--only", key])
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "tokenizer.model"))
+        model = qwen_moe_ref.load_model(model_dir)
+        out = os.path.join(GOLDEN, name)
+        os.makedirs(out, exist_ok=True)
+        cases = []
+        for cname, ids in qwen_prompts():
+            r = run_case(model, out, cname, None, ids, sp)
+            cases.append((cname, r))
+            print("  %-14s %3d prompt tokens, margin %.3f, greedy ids: %s"
+                  % (cname, len(ids), r["greedy_min_margin"], r["greedy_token_ids"]))
+        write_index(out, "tests/data/models/" + name, cases, QWEN_GENERATOR,
+                    {"model_type": model.family, "moe_layers": model.moe_layers})
 
 
 if __name__ == "__main__":
