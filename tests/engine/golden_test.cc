@@ -86,7 +86,9 @@ INSTANTIATE_TEST_SUITE_P(
     Models, GoldenTest,
     ::testing::Values(GoldenSet{"tiny-mixtral", source_dir() + "/models/tiny-mixtral-shakespeare", true},
                       GoldenSet{"random-mixtral-sharded", source_dir() + "/tests/data/models/random-mixtral-sharded",
-                                false}),
+                                false},
+                      GoldenSet{"random-qwen2-moe", source_dir() + "/tests/data/models/random-qwen2-moe", false},
+                      GoldenSet{"random-qwen3-moe", source_dir() + "/tests/data/models/random-qwen3-moe", false}),
     [](const ::testing::TestParamInfo<GoldenSet>& info) {
       std::string n = info.param.golden;
       std::replace(n.begin(), n.end(), '-', '_');

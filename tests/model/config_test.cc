@@ -136,15 +136,6 @@ TEST(ConfigTest, UnknownModelType) {
   expect_error(j, StatusCode::kInvalidArgument, {"unknown model_type 'foo'", "mixtral"});
 }
 
-TEST(ConfigTest, RecognisedButUnimplementedFamilies) {
-  for (const char* type : {"qwen2_moe", "qwen3_moe", "deepseek_v3"}) {
-    SCOPED_TRACE(type);
-    json j = tiny_config();
-    j["model_type"] = type;
-    expect_error(j, StatusCode::kUnimplemented, {std::string("'") + type + "'", "not supported"});
-  }
-}
-
 class RequiredFieldTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RequiredFieldTest, MissingFieldIsNamed) {

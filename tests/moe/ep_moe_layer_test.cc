@@ -26,6 +26,7 @@ struct TinyLayer {
   TinyLayer() {
     config.hidden_size = kHidden;
     config.intermediate_size = kInter;
+    config.moe_intermediate_size = kInter;
     config.router.num_experts = kExperts;
     config.router.top_k = kTopK;
     std::mt19937 rng(7);

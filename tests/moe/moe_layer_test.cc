@@ -69,6 +69,7 @@ TinyLayer make_layer(DType dt, bool norm_topk, uint32_t seed) {
   TinyLayer t;
   t.config.hidden_size = kHidden;
   t.config.intermediate_size = kInter;
+  t.config.moe_intermediate_size = kInter;
   t.config.router.num_experts = kExperts;
   t.config.router.top_k = kTopK;
   t.config.router.norm_topk_prob = norm_topk;

@@ -104,6 +104,9 @@ std::unique_ptr<SyntheticLayer> make_layer(int hidden, int intermediate, int num
   s->config.model_type = "synthetic";
   s->config.hidden_size = hidden;
   s->config.intermediate_size = intermediate;
+  s->config.moe_intermediate_size = intermediate;
+  s->config.num_hidden_layers = 1;
+  s->config.moe_layer = {true};
   s->config.router.num_experts = num_experts;
   s->config.router.top_k = top_k;
   const size_t n = static_cast<size_t>(hidden) * static_cast<size_t>(intermediate);

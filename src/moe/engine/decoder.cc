@@ -7,6 +7,18 @@
 #include "moe/ops/norm.h"
 
 namespace moe {
+namespace {
+
+// y[t, :] += bias for t < m.
+void add_bias(float* y, int64_t m, const std::vector<float>& bias) {
+  const size_t n = bias.size();
+  for (int64_t t = 0; t < m; ++t) {
+    float* row = y + static_cast<size_t>(t) * n;
+    for (size_t i = 0; i < n; ++i) row[i] += bias[i];
+  }
+}
+
+}  // namespace
 
 Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const EpContext* ep)
     : config_(config),
@@ -29,8 +41,10 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     // A rank without tokens this step still joins every layer's exchanges.
     if (ep_ != nullptr) {
       for (int l = 0; l < config_.num_hidden_layers; ++l) {
+        if (!config_.is_moe_layer(l)) continue;
         MOE_RETURN_IF_ERROR(ep_moe_forward(config_, weights_.layers[static_cast<size_t>(l)], nullptr, 0, *ep_,
                                            ep_ws_.get(), nullptr, &ep_timings_));
+        if (routing_hook_) routing_hook_(l, ep_last_routing_counts(*ep_ws_));
       }
     }
     return ok_status();
@@ -62,6 +76,15 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     rms_norm(x, L.input_norm.data(), m, hidden, eps, h);
     const LinearJob qkv[3] = {{h, m, &L.q_proj, q}, {h, m, &L.k_proj, k}, {h, m, &L.v_proj, v}};
     linear_many(qkv, 3);
+    if (!L.q_bias.empty()) {
+      add_bias(q, m, L.q_bias);
+      add_bias(k, m, L.k_bias);
+      add_bias(v, m, L.v_bias);
+    }
+    if (!L.q_norm.empty()) {  // per head: [m * heads, head_dim] rows
+      rms_norm(q, L.q_norm.data(), m * c.num_attention_heads, c.head_dim, eps, q);
+      rms_norm(k, L.k_norm.data(), m * c.num_key_value_heads, c.head_dim, eps, k);
+    }
     rope_.apply(q, m, q_dim, c.num_attention_heads, start_pos);
     rope_.apply(k, m, kv_dim, c.num_key_value_heads, start_pos);
     cache->write(l, start_pos, m, k, v);
@@ -70,11 +93,16 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     for (int64_t i = 0; i < m * hidden; ++i) x[i] += h[i];
 
     rms_norm(x, L.post_attention_norm.data(), m, hidden, eps, h);
-    if (ep_ != nullptr) {
+    if (!c.is_moe_layer(l)) {
+      swiglu_mlp(L.dense_mlp, h, m, &mlp_ws_, mo);
+    } else if (ep_ != nullptr) {
       MOE_RETURN_IF_ERROR(ep_moe_forward(c, L, h, m, *ep_, ep_ws_.get(), mo, &ep_timings_));
+      if (routing_hook_) routing_hook_(l, ep_last_routing_counts(*ep_ws_));
     } else {
-      moe_forward(c, L, h, m, &moe_ws_, mo);
+      moe_forward(c, L, h, m, &moe_ws_, mo, capacity_);
+      if (routing_hook_) routing_hook_(l, moe_ws_.counts);
     }
+    if (c.is_moe_layer(l)) add_shared_expert(L, h, m, &mlp_ws_, mo);
     for (int64_t i = 0; i < m * hidden; ++i) x[i] += mo[i];
   }
   if (logits != nullptr) {

@@ -1,6 +1,8 @@
-// The decoder forward pass (Mixtral family): embedding -> L x [RMSNorm -> GQA
-// attention with RoPE -> residual -> RMSNorm -> sparse MoE -> residual] -> RMSNorm ->
-// lm_head. Reference: transformers/models/mixtral/modeling_mixtral.py.
+// The decoder forward pass (Mixtral, Qwen2-MoE, Qwen3-MoE): embedding -> L x [RMSNorm
+// -> GQA attention with RoPE (q/k/v bias: Qwen2-MoE; per-head q/k RMSNorm before RoPE:
+// Qwen3-MoE) -> residual -> RMSNorm -> MLP block -> residual] -> RMSNorm -> lm_head.
+// The MLP block is the sparse MoE (+ shared expert) on MoE layers and a dense SwiGLU
+// MLP elsewhere. References: transformers/models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include "moe/model/weights.h"
 #include "moe/moe/ep_moe_layer.h"
 #include "moe/moe/moe_layer.h"
+#include "moe/moe/swiglu_mlp.h"
 #include "moe/ops/rope.h"
 
 namespace moe {
@@ -34,6 +37,12 @@ class Decoder {
 
   // Before each chunk (rank 0 under EP): called with the chunk's size.
   void set_chunk_hook(std::function<Status(int64_t m)> hook) { chunk_hook_ = std::move(hook); }
+  // After each MoE layer of each chunk: the layer index and its global routing counts
+  // (for load statistics); called on every rank, including ranks with m == 0.
+  using RoutingHook = std::function<void(int layer, const StepRoutingCounts& counts)>;
+  void set_routing_hook(RoutingHook hook) { routing_hook_ = std::move(hook); }
+  // Capacity policy of the single-process MoE layer (under EP: ep->options.capacity).
+  void set_capacity(const CapacityOptions& capacity) { capacity_ = capacity; }
   const EpTimings& ep_timings() const { return ep_timings_; }
 
   static constexpr int64_t kMaxChunk = 512;
@@ -45,6 +54,9 @@ class Decoder {
   // Workspaces, grown on demand: [m, hidden] / [m, q_dim] / [m, kv_dim].
   std::vector<float> x_, h_, q_, k_, v_, attn_, moe_out_;
   MoeWorkspace moe_ws_;
+  MlpWorkspace mlp_ws_;
+  CapacityOptions capacity_;
+  RoutingHook routing_hook_;
   const EpContext* ep_ = nullptr;
   EpWorkspacePtr ep_ws_;
   EpTimings ep_timings_;

@@ -84,17 +84,26 @@ ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWei
     for (const auto& [name, view] : shard->tensors()) total += view.numel();
   }
   info.num_parameters = total;
-  const ExpertWeights& e0 = w.layers[0].experts[0];
-  const int64_t expert_params = e0.w1.rows * e0.w1.cols + e0.w2.rows * e0.w2.cols + e0.w3.rows * e0.w3.cols;
-  const int64_t inactive = static_cast<int64_t>(c.router.num_experts - c.router.top_k) * expert_params * c.num_hidden_layers;
-  info.num_active_parameters = total - inactive;
-  // Bytes streamed per decode token: every non-expert matrix, top_k experts per layer,
-  // the lm_head, one embedding row. (Norm vectors are negligible.)
+  // Parameters of the routed experts not used by a token: (num_experts - top_k) per
+  // MoE layer. Non-expert matrices are all read per decode token.
+  int64_t inactive = 0;
   size_t bytes = w.lm_head.bytes() + static_cast<size_t>(c.hidden_size) * dtype_size(w.embed_tokens.dtype);
-  for (const auto& L : w.layers) {
-    bytes += L.q_proj.bytes() + L.k_proj.bytes() + L.v_proj.bytes() + L.o_proj.bytes() + L.router.bytes();
-    bytes += static_cast<size_t>(c.router.top_k) * L.experts[0].bytes();
+  const int64_t expert_params = static_cast<int64_t>(c.moe_intermediate_size) * c.hidden_size * 3;
+  const size_t expert_bytes = static_cast<size_t>(expert_params) * dtype_size(w.embed_tokens.dtype);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    bytes += L.q_proj.bytes() + L.k_proj.bytes() + L.v_proj.bytes() + L.o_proj.bytes();
+    if (!c.is_moe_layer(l)) {
+      bytes += L.dense_mlp.bytes();
+      continue;
+    }
+    inactive += static_cast<int64_t>(c.router.num_experts - c.router.top_k) * expert_params;
+    bytes += L.router.bytes() + L.shared_expert.bytes() + L.shared_expert_gate.bytes() +
+             static_cast<size_t>(c.router.top_k) * expert_bytes;
   }
+  info.num_active_parameters = total - inactive;
+  // Bytes streamed per decode token: every non-expert matrix, top_k experts per MoE
+  // layer, the lm_head, one embedding row. (Norm vectors and biases are negligible.)
   info.decode_bytes_per_token = bytes;
   return info;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include <nlohmann/json.hpp>
 
@@ -52,6 +53,39 @@ class FieldReader {
     return ok_status();
   }
 
+  // A string field that must be one of `allowed` (when present).
+  Status get_enum(const char* field, std::string* out, std::initializer_list<const char*> allowed) const {
+    if (!j_.contains(field) || j_[field].is_null()) return ok_status();
+    std::string list;
+    for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + "\"" + a + "\"";
+    const json& v = j_[field];
+    if (v.is_string()) {
+      for (const char* a : allowed) {
+        if (v.get<std::string>() == a) {
+          *out = a;
+          return ok_status();
+        }
+      }
+    }
+    return invalid_argument(source_ + ": field '" + field + "' is " + v.dump() + "; supported: " + list);
+  }
+
+  // A list of integers in [0, limit).
+  Status get_int_list(const char* field, std::vector<int>* out, int limit) const {
+    if (!j_.contains(field) || j_[field].is_null()) return ok_status();
+    const json& v = j_[field];
+    auto bad = [&] {
+      return invalid_argument(source_ + ": field '" + field + "' must be a list of integers in [0, " +
+                              std::to_string(limit) + ") (got " + v.dump() + ")");
+    };
+    if (!v.is_array()) return bad();
+    for (const json& x : v) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= limit) return bad();
+      out->push_back(static_cast<int>(x.get<int64_t>()));
+    }
+    return ok_status();
+  }
+
   const std::string& source() const { return source_; }
 
  private:
@@ -82,7 +116,9 @@ Status parse_common(const json& j, const FieldReader& r, ModelConfig* c) {
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     return unimplemented(src + ": field 'rope_scaling' is set; RoPE scaling is not supported yet");
   }
-  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
+  const bool sliding_off = j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() &&
+                          !j["use_sliding_window"].get<bool>();  // Qwen: the window is only used when enabled
+  if (!sliding_off && j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
     // Without a sliding-window kernel the window bounds the usable context, which
     // keeps results exact.
     int window = 0;
@@ -147,20 +183,112 @@ Status parse_common(const json& j, const FieldReader& r, ModelConfig* c) {
   return ok_status();
 }
 
+// Checks the routed-expert fields shared by every family.
+Status check_router(const FieldReader& r, const char* experts_field, const RouterConfig& rc) {
+  if (rc.top_k > rc.num_experts) {
+    return invalid_argument(r.source() + ": num_experts_per_tok " + std::to_string(rc.top_k) + " exceeds " +
+                            experts_field + " " + std::to_string(rc.num_experts));
+  }
+  return ok_status();
+}
+
 Status parse_mixtral(const json& j, const FieldReader& r, ModelConfig* c) {
   MOE_RETURN_IF_ERROR(parse_common(j, r, c));
   MOE_RETURN_IF_ERROR(r.get_int("num_local_experts", &c->router.num_experts, true));
   MOE_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", &c->router.top_k, true));
   c->router.scoring = RouterConfig::Scoring::kSoftmax;
   c->router.norm_topk_prob = true;  // Mixtral always renormalises
-  if (c->router.top_k > c->router.num_experts) {
-    return invalid_argument(r.source() + ": num_experts_per_tok " + std::to_string(c->router.top_k) +
-                            " exceeds num_local_experts " + std::to_string(c->router.num_experts));
+  c->moe_intermediate_size = c->intermediate_size;
+  c->moe_layer.assign(static_cast<size_t>(c->num_hidden_layers), true);
+  return check_router(r, "num_local_experts", c->router);
+}
+
+// Qwen2-MoE and Qwen3-MoE (transformers Qwen2MoeConfig / Qwen3MoeConfig): layer l is
+// sparse iff l is not in mlp_only_layers and (l + 1) % decoder_sparse_step == 0.
+Status parse_qwen_moe(const json& j, const FieldReader& r, ModelConfig* c) {
+  MOE_RETURN_IF_ERROR(parse_common(j, r, c));
+  MOE_RETURN_IF_ERROR(r.get_int("num_experts", &c->router.num_experts, true));
+  MOE_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", &c->router.top_k, true));
+  MOE_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", &c->moe_intermediate_size, true));
+  c->router.scoring = RouterConfig::Scoring::kSoftmax;
+  c->router.norm_topk_prob = false;  // the transformers default for both
+  MOE_RETURN_IF_ERROR(r.get_bool("norm_topk_prob", &c->router.norm_topk_prob));
+  int sparse_step = 1;
+  MOE_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", &sparse_step, false));
+  std::vector<int> mlp_only;
+  MOE_RETURN_IF_ERROR(r.get_int_list("mlp_only_layers", &mlp_only, c->num_hidden_layers));
+  c->moe_layer.assign(static_cast<size_t>(c->num_hidden_layers), false);
+  for (int l = 0; l < c->num_hidden_layers; ++l) {
+    c->moe_layer[static_cast<size_t>(l)] =
+        (l + 1) % sparse_step == 0 && std::find(mlp_only.begin(), mlp_only.end(), l) == mlp_only.end();
   }
+  if (c->family == ModelFamily::kQwen2Moe) {
+    c->attention_qkv_bias = true;  // Qwen2MoeAttention: q/k/v with bias, o without
+    MOE_RETURN_IF_ERROR(r.get_int("shared_expert_intermediate_size", &c->shared_expert_intermediate_size, false, 0));
+    c->shared_expert_gate = c->shared_expert_intermediate_size > 0;
+  } else {
+    c->qk_norm = true;
+    MOE_RETURN_IF_ERROR(r.get_bool("attention_bias", &c->attention_qkv_bias));
+    if (c->attention_qkv_bias) {
+      return unimplemented(r.source() + ": field 'attention_bias' is true; attention biases are not supported for qwen3_moe");
+    }
+  }
+  return check_router(r, "num_experts", c->router);
+}
+
+// DeepSeek-V2/V3 (transformers DeepseekV3Config): routed experts, group-limited
+// selection and shared experts. Layer l is sparse iff l >= first_k_dense_replace and
+// l % moe_layer_freq == 0.
+Status parse_deepseek(const json& j, const FieldReader& r, ModelConfig* c) {
+  MOE_RETURN_IF_ERROR(parse_common(j, r, c));
+  RouterConfig& rc = c->router;
+  MOE_RETURN_IF_ERROR(r.get_int("n_routed_experts", &rc.num_experts, true));
+  MOE_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", &rc.top_k, true));
+  MOE_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", &c->moe_intermediate_size, true));
+  std::string scoring = "softmax", method = "greedy";
+  MOE_RETURN_IF_ERROR(r.get_enum("scoring_func", &scoring, {"softmax", "sigmoid"}));
+  MOE_RETURN_IF_ERROR(r.get_enum("topk_method", &method, {"greedy", "group_limited_greedy", "noaux_tc"}));
+  rc.scoring = scoring == "sigmoid" ? RouterConfig::Scoring::kSigmoid : RouterConfig::Scoring::kSoftmax;
+  rc.topk_method = method == "noaux_tc"               ? RouterConfig::TopkMethod::kNoauxTc
+                   : method == "group_limited_greedy" ? RouterConfig::TopkMethod::kGroupLimited
+                                                      : RouterConfig::TopkMethod::kGreedy;
+  rc.norm_topk_prob = true;
+  MOE_RETURN_IF_ERROR(r.get_bool("norm_topk_prob", &rc.norm_topk_prob));
+  MOE_RETURN_IF_ERROR(r.get_double("routed_scaling_factor", &rc.routed_scaling_factor, true));
+  MOE_RETURN_IF_ERROR(check_router(r, "n_routed_experts", rc));
+  if (rc.topk_method != RouterConfig::TopkMethod::kGreedy) {
+    MOE_RETURN_IF_ERROR(r.get_int("n_group", &rc.n_group, true));
+    MOE_RETURN_IF_ERROR(r.get_int("topk_group", &rc.topk_group, true));
+    const std::string& src = r.source();
+    if (rc.num_experts % rc.n_group != 0) {
+      return invalid_argument(src + ": n_group " + std::to_string(rc.n_group) + " does not divide n_routed_experts " +
+                              std::to_string(rc.num_experts));
+    }
+    if (rc.topk_group > rc.n_group) {
+      return invalid_argument(src + ": topk_group " + std::to_string(rc.topk_group) + " exceeds n_group " +
+                              std::to_string(rc.n_group));
+    }
+    if (rc.topk_group * (rc.num_experts / rc.n_group) < rc.top_k) {
+      return invalid_argument(src + ": topk_group " + std::to_string(rc.topk_group) + " groups of " +
+                              std::to_string(rc.num_experts / rc.n_group) + " experts hold fewer than num_experts_per_tok " +
+                              std::to_string(rc.top_k));
+    }
+  }
+  int shared = 0, first_dense = 0, freq = 1;
+  MOE_RETURN_IF_ERROR(r.get_int("n_shared_experts", &shared, false, 0));
+  MOE_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", &first_dense, false, 0));
+  MOE_RETURN_IF_ERROR(r.get_int("moe_layer_freq", &freq, false));
+  c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
+  c->moe_layer.assign(static_cast<size_t>(c->num_hidden_layers), false);
+  for (int l = first_dense; l < c->num_hidden_layers; ++l) c->moe_layer[static_cast<size_t>(l)] = l % freq == 0;
   return ok_status();
 }
 
 }  // namespace
+
+int ModelConfig::num_moe_layers() const {
+  return static_cast<int>(std::count(moe_layer.begin(), moe_layer.end(), true));
+}
 
 bool ModelConfig::is_eos(int token) const {
   return std::find(eos_token_ids.begin(), eos_token_ids.end(), token) != eos_token_ids.end();
@@ -178,13 +306,15 @@ StatusOr<ModelConfig> parse_model_config(const std::string& json_text, const std
   if (c.model_type == "mixtral") {
     c.family = ModelFamily::kMixtral;
     MOE_RETURN_IF_ERROR(parse_mixtral(j, r, &c));
-  } else if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe" ||
-             c.model_type == "deepseek_v3") {
-    return unimplemented(source + ": model_type '" + c.model_type +
-                         "' is recognised but not supported yet (supported: mixtral)");
+  } else if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") {
+    c.family = c.model_type == "qwen2_moe" ? ModelFamily::kQwen2Moe : ModelFamily::kQwen3Moe;
+    MOE_RETURN_IF_ERROR(parse_qwen_moe(j, r, &c));
+  } else if (c.model_type == "deepseek_v3") {
+    c.family = ModelFamily::kDeepseekV3;
+    MOE_RETURN_IF_ERROR(parse_deepseek(j, r, &c));
   } else {
     return invalid_argument(source + ": unknown model_type '" + c.model_type +
-                            "' (supported: mixtral)");
+                            "' (supported: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
   }
   return c;
 }

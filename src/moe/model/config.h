@@ -1,9 +1,10 @@
 // Model hyper-parameters, read from a Hugging Face `config.json`.
 //
 // One struct for every architecture family; each family's parser
-// (config.cc: parse_mixtral ...) fills the fields it defines and validates them.
-// Families recognised: mixtral (supported); qwen2_moe, qwen3_moe, deepseek_v3
-// (recognised, rejected as not yet supported).
+// (config.cc: parse_mixtral, parse_qwen_moe, parse_deepseek_v3) fills the fields it
+// defines and validates them. Families: mixtral, qwen2_moe, qwen3_moe (runnable);
+// deepseek_v3 (config and router parsed; the model is rejected at load time until MLA
+// attention exists).
 #pragma once
 
 #include <string>
@@ -15,13 +16,25 @@ namespace moe {
 
 enum class ModelFamily { kMixtral, kQwen2Moe, kQwen3Moe, kDeepseekV3 };
 
-// How a token picks its experts.
+// How a token picks its experts (moe/router.h implements it).
 struct RouterConfig {
+  // Scores from router logits: softmax over all experts (Mixtral, Qwen) or an
+  // element-wise sigmoid (DeepSeek-V3 `scoring_func: sigmoid`).
   enum class Scoring { kSoftmax, kSigmoid };
+  // Expert choice (DeepSeek `topk_method`): kGreedy = plain top-k of the scores;
+  // kGroupLimited = DeepSeek-V2 `group_limited_greedy` (group score = the group's best
+  // score); kNoauxTc = DeepSeek-V3 `noaux_tc` (selection scores = scores +
+  // e_score_correction_bias; group score = sum of the group's two best selection scores).
+  enum class TopkMethod { kGreedy, kGroupLimited, kNoauxTc };
   Scoring scoring = Scoring::kSoftmax;
+  TopkMethod topk_method = TopkMethod::kGreedy;
   int num_experts = 0;         // routed experts per MoE layer
   int top_k = 0;               // experts per token
   bool norm_topk_prob = true;  // renormalise the k selected weights to sum 1 (Mixtral: always)
+  int n_group = 1;             // expert groups (consecutive ids); 1 = no group limit
+  int topk_group = 1;          // groups kept per token (when n_group > 1)
+  double routed_scaling_factor = 1.0;  // multiplies the routed weights (after renormalising)
+  bool has_score_bias() const { return topk_method == TopkMethod::kNoauxTc; }
 };
 
 struct ModelConfig {
@@ -30,7 +43,8 @@ struct ModelConfig {
 
   int vocab_size = 0;
   int hidden_size = 0;
-  int intermediate_size = 0;  // expert FFN width (Mixtral: every expert)
+  int intermediate_size = 0;      // dense MLP width (Mixtral: unused, experts use it too)
+  int moe_intermediate_size = 0;  // routed expert FFN width (Mixtral: intermediate_size)
   int num_hidden_layers = 0;
   int num_attention_heads = 0;
   int num_key_value_heads = 0;
@@ -40,6 +54,19 @@ struct ModelConfig {
   int max_position_embeddings = 0;  // usable context, tokens (min with sliding_window)
   bool tie_word_embeddings = false;
   RouterConfig router;
+  // Shared expert(s), run on every token of an MoE layer and added to the routed sum:
+  // width 0 = none. Qwen2-MoE: one expert scaled by sigmoid(shared_expert_gate(x));
+  // DeepSeek: n_shared_experts fused into one of width n * moe_intermediate_size.
+  int shared_expert_intermediate_size = 0;
+  bool shared_expert_gate = false;
+  bool attention_qkv_bias = false;  // q/k/v projections have biases (Qwen2-MoE)
+  bool qk_norm = false;             // per-head RMSNorm of q and k before RoPE (Qwen3-MoE)
+  // moe_layer[l]: layer l has an MoE block; otherwise a dense SwiGLU MLP of width
+  // intermediate_size (Qwen `decoder_sparse_step`/`mlp_only_layers`, DeepSeek
+  // `first_k_dense_replace`/`moe_layer_freq`). Size num_hidden_layers.
+  std::vector<bool> moe_layer;
+  bool is_moe_layer(int l) const { return moe_layer[static_cast<size_t>(l)]; }
+  int num_moe_layers() const;
 
   int bos_token_id = 1;
   std::vector<int> eos_token_ids;  // generation stops at any of these

@@ -14,6 +14,18 @@ WeightNames weight_names_for(ModelFamily family) {
   n.k_proj = "self_attn.k_proj.weight";
   n.v_proj = "self_attn.v_proj.weight";
   n.o_proj = "self_attn.o_proj.weight";
+  n.q_bias = "self_attn.q_proj.bias";
+  n.k_bias = "self_attn.k_proj.bias";
+  n.v_bias = "self_attn.v_proj.bias";
+  n.q_norm = "self_attn.q_norm.weight";
+  n.k_norm = "self_attn.k_norm.weight";
+  n.score_bias = "mlp.gate.e_score_correction_bias";
+  n.dense_mlp_prefix = "mlp.";
+  n.shared_expert_prefix = family == ModelFamily::kDeepseekV3 ? "mlp.shared_experts." : "mlp.shared_expert.";
+  n.shared_expert_gate = "mlp.shared_expert_gate.weight";
+  n.mlp_gate = "gate_proj.weight";
+  n.mlp_down = "down_proj.weight";
+  n.mlp_up = "up_proj.weight";
   switch (family) {
     case ModelFamily::kMixtral:
       // transformers/models/mixtral/modeling_mixtral.py: MixtralSparseMoeBlock
@@ -26,7 +38,8 @@ WeightNames weight_names_for(ModelFamily family) {
     case ModelFamily::kQwen2Moe:
     case ModelFamily::kQwen3Moe:
     case ModelFamily::kDeepseekV3:
-      // Qwen/DeepSeek MoE blocks: mlp.gate, mlp.experts.{j}.{gate,down,up}_proj
+      // Qwen/DeepSeek MoE blocks: mlp.gate, mlp.experts.{j}.{gate,down,up}_proj,
+      // mlp.shared_expert(s).{gate,down,up}_proj
       n.router = "mlp.gate.weight";
       n.expert_prefix = "mlp.experts.";
       n.expert_w1 = "gate_proj.weight";

@@ -12,6 +12,13 @@ struct WeightNames {
   // Per-layer suffixes, under "<layer_prefix><i>.".
   std::string layer_prefix;
   std::string input_norm, post_attention_norm, q_proj, k_proj, v_proj, o_proj, router;
+  std::string q_bias, k_bias, v_bias;  // when config.attention_qkv_bias
+  std::string q_norm, k_norm;          // when config.qk_norm
+  std::string score_bias;              // when config.router.has_score_bias()
+  // SwiGLU MLPs "<layer>.<prefix><gate|down|up>": the dense MLP of non-MoE layers and
+  // the shared expert of MoE layers (+ its sigmoid gate, Qwen2-MoE).
+  std::string dense_mlp_prefix, shared_expert_prefix, shared_expert_gate;
+  std::string mlp_gate, mlp_down, mlp_up;
   // Expert tensors: "<layer>.<expert_prefix><j>.<w1|w2|w3>".
   std::string expert_prefix, expert_w1, expert_w2, expert_w3;
 

@@ -43,15 +43,29 @@ StatusOr<std::vector<float>> vector_f32(const Checkpoint& ckpt, const std::strin
   return out;
 }
 
+StatusOr<ExpertWeights> swiglu(const Checkpoint& ckpt, const WeightNames& names, const std::string& prefix,
+                               int64_t hidden, int64_t inter) {
+  ExpertWeights E;
+  MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, prefix + names.mlp_gate, inter, hidden));
+  MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, prefix + names.mlp_down, hidden, inter));
+  MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, prefix + names.mlp_up, inter, hidden));
+  E.loaded = true;
+  return E;
+}
+
 }  // namespace
 
 StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt,
                                     const ExpertFilter& want_expert) {
+  if (c.family == ModelFamily::kDeepseekV3) {
+    return unimplemented("model_type 'deepseek_v3': Multi-head Latent Attention is not implemented yet "
+                         "(its router is: see moe/router.h)");
+  }
   const WeightNames names = weight_names_for(c.family);
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
-  const int64_t inter = c.intermediate_size;
+  const int64_t inter = c.moe_intermediate_size;
 
   ModelWeights w;
   MOE_ASSIGN_OR_RETURN(w.embed_tokens, matrix(ckpt, names.embed_tokens, c.vocab_size, hidden));
@@ -65,8 +79,32 @@ StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt
     MOE_ASSIGN_OR_RETURN(L.k_proj, matrix(ckpt, names.layer(l, names.k_proj), kv_dim, hidden));
     MOE_ASSIGN_OR_RETURN(L.v_proj, matrix(ckpt, names.layer(l, names.v_proj), kv_dim, hidden));
     MOE_ASSIGN_OR_RETURN(L.o_proj, matrix(ckpt, names.layer(l, names.o_proj), hidden, q_dim));
+    if (c.attention_qkv_bias) {
+      MOE_ASSIGN_OR_RETURN(L.q_bias, vector_f32(ckpt, names.layer(l, names.q_bias), q_dim));
+      MOE_ASSIGN_OR_RETURN(L.k_bias, vector_f32(ckpt, names.layer(l, names.k_bias), kv_dim));
+      MOE_ASSIGN_OR_RETURN(L.v_bias, vector_f32(ckpt, names.layer(l, names.v_bias), kv_dim));
+    }
+    if (c.qk_norm) {
+      MOE_ASSIGN_OR_RETURN(L.q_norm, vector_f32(ckpt, names.layer(l, names.q_norm), c.head_dim));
+      MOE_ASSIGN_OR_RETURN(L.k_norm, vector_f32(ckpt, names.layer(l, names.k_norm), c.head_dim));
+    }
+    if (!c.is_moe_layer(l)) {
+      MOE_ASSIGN_OR_RETURN(L.dense_mlp,
+                           swiglu(ckpt, names, names.layer(l, names.dense_mlp_prefix), hidden, c.intermediate_size));
+      continue;
+    }
     MOE_ASSIGN_OR_RETURN(L.router,
                          matrix(ckpt, names.layer(l, names.router), c.router.num_experts, hidden));
+    if (c.router.has_score_bias()) {
+      MOE_ASSIGN_OR_RETURN(L.score_bias, vector_f32(ckpt, names.layer(l, names.score_bias), c.router.num_experts));
+    }
+    if (c.shared_expert_intermediate_size > 0) {
+      MOE_ASSIGN_OR_RETURN(L.shared_expert, swiglu(ckpt, names, names.layer(l, names.shared_expert_prefix), hidden,
+                                                   c.shared_expert_intermediate_size));
+    }
+    if (c.shared_expert_gate) {
+      MOE_ASSIGN_OR_RETURN(L.shared_expert_gate, matrix(ckpt, names.layer(l, names.shared_expert_gate), 1, hidden));
+    }
     L.experts.resize(static_cast<size_t>(c.router.num_experts));
     for (int e = 0; e < c.router.num_experts; ++e) {
       if (want_expert && !want_expert(l, e)) continue;

@@ -15,7 +15,7 @@
 
 namespace moe {
 
-// One SwiGLU expert: out = w2(silu(w1 x) * w3 x).
+// One SwiGLU expert or MLP: out = w2(silu(w1 x) * w3 x).
 struct ExpertWeights {
   Weight2D w1;  // gate_proj [intermediate, hidden]
   Weight2D w2;  // down_proj [hidden, intermediate]
@@ -31,8 +31,16 @@ struct LayerWeights {
   Weight2D k_proj;                         // [kv_heads * head_dim, hidden]
   Weight2D v_proj;                         // [kv_heads * head_dim, hidden]
   Weight2D o_proj;                         // [hidden, heads * head_dim]
+  std::vector<float> q_bias, k_bias, v_bias;  // [q dim] / [kv dim]; empty without qkv bias
+  std::vector<float> q_norm, k_norm;          // [head_dim]; empty without qk_norm
+  // Dense layers (config.is_moe_layer(l) false): the SwiGLU MLP, width intermediate_size.
+  ExpertWeights dense_mlp;
+  // MoE layers: router, routed experts, optional shared expert.
   Weight2D router;                         // [num_experts, hidden]
-  std::vector<ExpertWeights> experts;      // [num_experts]
+  std::vector<float> score_bias;           // [num_experts] e_score_correction_bias (noaux_tc), else empty
+  std::vector<ExpertWeights> experts;      // [num_experts] (empty on dense layers)
+  ExpertWeights shared_expert;             // width shared_expert_intermediate_size; loaded if > 0
+  Weight2D shared_expert_gate;             // [1, hidden] (Qwen2-MoE), else empty
 };
 
 struct ModelWeights {
@@ -47,7 +55,8 @@ using ExpertFilter = std::function<bool(int layer, int expert)>;
 
 // Binds every tensor the config's family needs. Errors (NotFound for a missing
 // tensor, InvalidArgument for a wrong shape or an unsupported dtype) name the tensor,
-// its file, and the expected vs found shape.
+// its file, and the expected vs found shape; Unimplemented for deepseek_v3 (MLA
+// attention is not implemented yet).
 StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& ckpt,
                                     const ExpertFilter& want_expert = nullptr);
 

@@ -19,6 +19,7 @@ Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, i
     const int* row = topk_idx + static_cast<int64_t>(t) * top_k;
     for (int j = 0; j < top_k; ++j) {
       const int e = row[j];
+      if (e == kDroppedExpert) continue;
       if (e < 0 || e >= num_experts) {
         return invalid_argument("token " + std::to_string(t) + " slot " + std::to_string(j) + ": expert id " +
                                 std::to_string(e) + " outside [0, " + std::to_string(num_experts) + ")");
@@ -54,7 +55,7 @@ Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, i
       L->send_token_idx[static_cast<size_t>(row)] = t;
       for (int j = 0; j < top_k; ++j) {
         const int e = topk_idx[static_cast<int64_t>(t) * top_k + j];
-        if (placement.rank_of(e) != r) continue;
+        if (e == kDroppedExpert || placement.rank_of(e) != r) continue;
         L->send_expert[static_cast<size_t>(row) * top_k + j] = e;
         L->send_weight[static_cast<size_t>(row) * top_k + j] = topk_weights[static_cast<int64_t>(t) * top_k + j];
       }

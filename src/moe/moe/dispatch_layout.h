@@ -30,7 +30,11 @@ struct DispatchLayout {
   int total_send() const { return send_offsets.empty() ? 0 : send_offsets.back(); }
 };
 
-// topk_idx, topk_weights: [num_tokens, top_k]. InvalidArgument (naming the token, slot
+// An assignment dropped by the capacity policy (moe/capacity.h): skipped everywhere.
+inline constexpr int kDroppedExpert = -1;
+
+// topk_idx, topk_weights: [num_tokens, top_k]; kDroppedExpert entries are skipped (a
+// token with all its assignments dropped is sent nowhere). InvalidArgument (naming the token, slot
 // and expert) for an expert id outside [0, num_experts) or listed twice in one row;
 // `layout` is then left unspecified. Deterministic: depends only on the inputs.
 Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, int num_tokens, int top_k,

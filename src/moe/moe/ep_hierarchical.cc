@@ -170,6 +170,7 @@ Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& la
   for (int64_t t = 0; t < num_tokens && routing.ok(); ++t) {
     for (int j = 0; j < k && routing.ok(); ++j) {
       const int e = topk_idx[t * k + j];
+      if (e == kDroppedExpert) continue;
       if (e < 0 || e >= E) {
         routing = invalid_argument("token " + std::to_string(t) + " slot " + std::to_string(j) + ": expert id " +
                                    std::to_string(e) + " outside [0, " + std::to_string(E) + ")");
@@ -204,7 +205,7 @@ Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& la
         float ws_[kMaxTopK];
         for (int j = 0; j < k; ++j) {
           const int e = topk_idx[t * k + j];
-          const bool here = comm.node_of(placement.rank_of(e)) == node;
+          const bool here = e != kDroppedExpert && comm.node_of(placement.rank_of(e)) == node;
           ids[j] = here ? e : -1;
           ws_[j] = here ? topk_weights[t * k + j] : 0.0f;
           any |= here;

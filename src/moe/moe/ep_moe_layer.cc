@@ -35,6 +35,7 @@ struct EpWorkspace {
   ExpertWorkspace experts;
   MicroBatch mb[2];
   std::vector<float> row;  // one returned row, unpacked
+  std::vector<int> expert_node;  // [num_experts] node of each expert (node-limited routing)
   std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> hier = make_hier_workspace();
 };
 
@@ -244,19 +245,22 @@ Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& laye
 
 Status ep_moe_forward(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
                       const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings) {
-  route_tokens(config, layer, x, num_tokens, &ws->moe);
   const int max_nodes = ctx.options.max_nodes_per_token;
-  if (max_nodes > 0 && num_tokens > 0 && max_nodes < ctx.comm->num_nodes()) {
-    std::vector<int> expert_node(static_cast<size_t>(config.router.num_experts));
+  NodeLimit limit;
+  std::vector<int>& expert_node = ws->expert_node;
+  if (max_nodes > 0 && max_nodes < ctx.comm->num_nodes()) {
+    expert_node.resize(static_cast<size_t>(config.router.num_experts));
     for (int e = 0; e < config.router.num_experts; ++e) {
       expert_node[static_cast<size_t>(e)] = ctx.comm->node_of(ctx.placement.rank_of(e));
     }
-    route_softmax_topk_node_limited(ws->moe.router_logits.data(), num_tokens, config.router, expert_node.data(),
-                                    ctx.comm->num_nodes(), max_nodes, ws->moe.topk_idx.data(),
-                                    ws->moe.topk_weights.data());
+    limit = NodeLimit{expert_node.data(), ctx.comm->num_nodes(), max_nodes};
   }
+  MOE_RETURN_IF_ERROR(route_tokens(config, layer, x, num_tokens, ctx.options.capacity, ctx.comm,
+                                   limit.expert_node ? &limit : nullptr, &ws->moe));
   return ep_moe_forward_routed(config, layer, x, num_tokens, ws->moe.topk_idx.data(), ws->moe.topk_weights.data(),
                                ctx, ws, out, timings);
 }
+
+const StepRoutingCounts& ep_last_routing_counts(const EpWorkspace& ws) { return ws.moe.counts; }
 
 }  // namespace moe

@@ -16,6 +16,7 @@
 #include "moe/comm/communicator.h"
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
+#include "moe/moe/capacity.h"
 #include "moe/moe/dispatch_layout.h"
 #include "moe/moe/moe_layer.h"
 #include "moe/placement/expert_placement.h"
@@ -33,6 +34,9 @@ struct EpOptions {
   // Node-limited routing (DeepSeek-V3 report, sec. 2.1.2): 0 = off; M > 0 restricts
   // each token to experts on at most M nodes (route_node_limited in router.h).
   int max_nodes_per_token = 0;
+  // Expert capacity over the EP group's global batch and the overflow policy
+  // (capacity.h); identical results for any number of ranks.
+  CapacityOptions capacity;
 };
 
 struct EpContext {
@@ -63,6 +67,10 @@ EpWorkspacePtr make_ep_workspace();
 // by the communicator (DeadlineExceeded for a missing peer).
 Status ep_moe_forward(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
                       const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings = nullptr);
+
+// The global routing counts of the last ep_moe_forward on this workspace (identical
+// on every rank): for load statistics.
+const StepRoutingCounts& ep_last_routing_counts(const EpWorkspace& ws);
 
 // The same, from a given routing (topk_idx/topk_weights: [num_tokens, top_k]); used by
 // tests and benchmarks to feed hand-made or skewed routings.

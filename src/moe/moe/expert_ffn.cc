@@ -1,5 +1,6 @@
 #include "moe/moe/expert_ffn.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "moe/core/check.h"
@@ -46,48 +47,56 @@ void grouped_expert_ffn(const ModelConfig& config, const LayerWeights& layer, co
                         float* out) {
   const int num_experts = config.router.num_experts;
   const int64_t hidden = config.hidden_size;
-  const int64_t inter = config.intermediate_size;
+  const int64_t inter = config.moe_intermediate_size;
   group_by_expert(row_expert, row_weight, num_rows, top_k, num_experts, &ws->groups);
   const ExpertGroups& g = ws->groups;
   const int64_t n_assign = g.offsets.back();
-
-  float* xe = grow(ws->gathered, static_cast<size_t>(n_assign * hidden));  // [n_assign, hidden]
-  for (int64_t i = 0; i < n_assign; ++i) {
-    std::memcpy(xe + i * hidden, x + static_cast<int64_t>(g.token_idx[static_cast<size_t>(i)]) * hidden,
-                static_cast<size_t>(hidden) * sizeof(float));
-  }
-  float* gate = grow(ws->gate, static_cast<size_t>(n_assign * inter));        // [n_assign, inter]
-  float* up = grow(ws->up, static_cast<size_t>(n_assign * inter));            // [n_assign, inter]
-  float* ye = grow(ws->expert_out, static_cast<size_t>(n_assign * hidden));  // [n_assign, hidden]
+  if (num_rows > 0) std::memset(out, 0, static_cast<size_t>(num_rows * hidden) * sizeof(float));
+  // Dropless without unbounded memory: the grouped assignments are processed in chunks
+  // of at most max_chunk_rows (an expert's batch may span chunks), in assignment order,
+  // so each row still sums its experts in ascending expert order.
+  const int64_t chunk = std::max<int64_t>(1, ws->max_chunk_rows);
+  const int64_t cap = std::min(n_assign, chunk);
+  float* xe = grow(ws->gathered, static_cast<size_t>(cap * hidden));  // [cap, hidden]
+  float* gate = grow(ws->gate, static_cast<size_t>(cap * inter));     // [cap, inter]
+  float* up = grow(ws->up, static_cast<size_t>(cap * inter));         // [cap, inter]
+  float* ye = grow(ws->expert_out, static_cast<size_t>(cap * hidden));  // [cap, hidden]
   std::vector<LinearJob>& jobs = ws->jobs;
-  jobs.clear();
-  for (int e = 0; e < num_experts; ++e) {
-    const int64_t n = g.tokens_per_expert[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    const ExpertWeights& ew = layer.experts[static_cast<size_t>(e)];
-    MOE_CHECK(ew.loaded);
-    const int64_t begin = g.offsets[static_cast<size_t>(e)];
-    jobs.push_back({xe + begin * hidden, n, &ew.w1, gate + begin * inter});
-    jobs.push_back({xe + begin * hidden, n, &ew.w3, up + begin * inter});
-  }
-  linear_many(jobs.data(), jobs.size());
-  silu_mul(gate, up, n_assign * inter, gate);
-  jobs.clear();
-  for (int e = 0; e < num_experts; ++e) {
-    const int64_t n = g.tokens_per_expert[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    const int64_t begin = g.offsets[static_cast<size_t>(e)];
-    jobs.push_back({gate + begin * inter, n, &layer.experts[static_cast<size_t>(e)].w2, ye + begin * hidden});
-  }
-  linear_many(jobs.data(), jobs.size());
-
-  // Combine in assignment order = ascending expert id for every row.
-  std::memset(out, 0, static_cast<size_t>(num_rows * hidden) * sizeof(float));
-  for (int64_t i = 0; i < n_assign; ++i) {
-    const float w = g.weight[static_cast<size_t>(i)];
-    float* dst = out + static_cast<int64_t>(g.token_idx[static_cast<size_t>(i)]) * hidden;
-    const float* src = ye + i * hidden;
-    for (int64_t h = 0; h < hidden; ++h) dst[h] += w * src[h];
+  for (int64_t c0 = 0; c0 < n_assign; c0 += chunk) {
+    const int64_t c1 = std::min(n_assign, c0 + chunk), rows = c1 - c0;
+    for (int64_t i = c0; i < c1; ++i) {
+      std::memcpy(xe + (i - c0) * hidden, x + static_cast<int64_t>(g.token_idx[static_cast<size_t>(i)]) * hidden,
+                  static_cast<size_t>(hidden) * sizeof(float));
+    }
+    // Expert segments [begin, end) of this chunk, relative to c0.
+    auto for_each_segment = [&](auto&& fn) {
+      for (int e = 0; e < num_experts; ++e) {
+        const int64_t begin = std::max<int64_t>(g.offsets[static_cast<size_t>(e)], c0);
+        const int64_t end = std::min<int64_t>(g.offsets[static_cast<size_t>(e) + 1], c1);
+        if (end > begin) fn(e, begin - c0, end - begin);
+      }
+    };
+    jobs.clear();
+    for_each_segment([&](int e, int64_t begin, int64_t n) {
+      const ExpertWeights& ew = layer.experts[static_cast<size_t>(e)];
+      MOE_CHECK(ew.loaded);
+      jobs.push_back({xe + begin * hidden, n, &ew.w1, gate + begin * inter});
+      jobs.push_back({xe + begin * hidden, n, &ew.w3, up + begin * inter});
+    });
+    linear_many(jobs.data(), jobs.size());
+    silu_mul(gate, up, rows * inter, gate);
+    jobs.clear();
+    for_each_segment([&](int e, int64_t begin, int64_t n) {
+      jobs.push_back({gate + begin * inter, n, &layer.experts[static_cast<size_t>(e)].w2, ye + begin * hidden});
+    });
+    linear_many(jobs.data(), jobs.size());
+    // Combine in assignment order = ascending expert id for every row.
+    for (int64_t i = c0; i < c1; ++i) {
+      const float w = g.weight[static_cast<size_t>(i)];
+      float* dst = out + static_cast<int64_t>(g.token_idx[static_cast<size_t>(i)]) * hidden;
+      const float* src = ye + (i - c0) * hidden;
+      for (int64_t h = 0; h < hidden; ++h) dst[h] += w * src[h];
+    }
   }
 }
 

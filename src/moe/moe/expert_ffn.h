@@ -33,6 +33,10 @@ void group_by_expert(const int* topk_idx, const float* topk_weights, int64_t num
 
 // Buffers reused across layers and steps (grown on demand).
 struct ExpertWorkspace {
+  // Dropless mode's memory bound: at most this many (row, expert) assignments are
+  // gathered and computed at once; larger batches are processed in chunks. Buffers:
+  // max_chunk_rows * (2 * hidden + 2 * moe_intermediate_size) * 4 bytes.
+  int64_t max_chunk_rows = 2048;
   std::vector<float> gathered, gate, up, expert_out;
   std::vector<LinearJob> jobs;
   ExpertGroups groups;

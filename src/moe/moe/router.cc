@@ -1,97 +1,144 @@
 #include "moe/moe/router.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
+#include "moe/core/check.h"
 #include "moe/ops/activation.h"
 
 namespace moe {
+namespace {
 
-void route_softmax_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, int* topk_idx,
-                        float* topk_weights) {
-  const int e = cfg.num_experts, k = cfg.top_k;
-  std::vector<float> probs(static_cast<size_t>(e));
-  std::vector<int> order(static_cast<size_t>(e));
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    std::copy(logits + t * e, logits + (t + 1) * e, probs.begin());
-    softmax(probs.data(), e);
+constexpr float kMasked = -std::numeric_limits<float>::infinity();
+
+// Sorts ids by descending value, ties to the lower id.
+void sort_desc(std::vector<int>& ids, const float* value) {
+  std::sort(ids.begin(), ids.end(), [value](int a, int b) { return value[a] > value[b] || (value[a] == value[b] && a < b); });
+}
+
+// Keeps the `keep` best buckets of experts (bucket_of[e] in [0, num_buckets)), by the
+// sum of each bucket's `per_bucket` best unmasked values (max when per_bucket == 1);
+// buckets are added beyond `keep` while the kept ones hold fewer than `need` unmasked
+// experts. Masks (sets to -inf) every expert outside the kept buckets.
+struct BucketLimiter {
+  std::vector<double> score;
+  std::vector<int> taken, order, unmasked;
+  std::vector<uint8_t> kept;
+  std::vector<int> by_value;
+
+  void apply(float* sel, int num_experts, const int* bucket_of, int num_buckets, int keep, int per_bucket, int need) {
+    score.assign(static_cast<size_t>(num_buckets), 0.0);
+    taken.assign(static_cast<size_t>(num_buckets), 0);
+    unmasked.assign(static_cast<size_t>(num_buckets), 0);
+    by_value.resize(static_cast<size_t>(num_experts));
+    std::iota(by_value.begin(), by_value.end(), 0);
+    sort_desc(by_value, sel);
+    for (int e : by_value) {
+      if (sel[e] == kMasked) continue;
+      const size_t b = static_cast<size_t>(bucket_of[e]);
+      ++unmasked[b];
+      if (taken[b] < per_bucket) {
+        score[b] += sel[e];
+        ++taken[b];
+      }
+    }
+    order.resize(static_cast<size_t>(num_buckets));
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
-      return probs[static_cast<size_t>(a)] > probs[static_cast<size_t>(b)] ||
-             (probs[static_cast<size_t>(a)] == probs[static_cast<size_t>(b)] && a < b);
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      const size_t ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
+      // Buckets without unmasked experts sort last.
+      if ((taken[ua] > 0) != (taken[ub] > 0)) return taken[ua] > 0;
+      return score[ua] > score[ub] || (score[ua] == score[ub] && a < b);
     });
+    kept.assign(static_cast<size_t>(num_buckets), 0);
+    int have = 0;
+    for (int i = 0; i < num_buckets && (i < keep || have < need); ++i) {
+      kept[static_cast<size_t>(order[static_cast<size_t>(i)])] = 1;
+      have += unmasked[static_cast<size_t>(order[static_cast<size_t>(i)])];
+    }
+    for (int e = 0; e < num_experts; ++e) {
+      if (!kept[static_cast<size_t>(bucket_of[e])]) sel[e] = kMasked;
+    }
+  }
+};
+
+}  // namespace
+
+void route_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, const float* score_bias,
+                const NodeLimit* node_limit, int* topk_idx, float* topk_weights, int* ranked) {
+  const int E = cfg.num_experts, k = cfg.top_k;
+  MOE_CHECK(k >= 1 && k <= E);
+  const bool biased = cfg.has_score_bias();
+  MOE_CHECK(!biased || score_bias != nullptr);
+  const bool grouped = cfg.topk_method != RouterConfig::TopkMethod::kGreedy && cfg.n_group > 1;
+  const bool node_limited = node_limit != nullptr && node_limit->max_nodes > 0 &&
+                            node_limit->max_nodes < node_limit->num_nodes;
+  std::vector<float> s(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+  std::vector<int> order(static_cast<size_t>(E)), group_of;
+  if (grouped) {
+    group_of.resize(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) group_of[static_cast<size_t>(e)] = e / (E / cfg.n_group);
+  }
+  BucketLimiter limiter;
+  const int group_top = cfg.topk_method == RouterConfig::TopkMethod::kNoauxTc ? 2 : 1;
+  const int node_top = node_limited ? (k + node_limit->max_nodes - 1) / node_limit->max_nodes : 0;
+
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* lg = logits + t * E;
+    if (cfg.scoring == RouterConfig::Scoring::kSoftmax) {
+      std::copy(lg, lg + E, s.begin());
+      softmax(s.data(), E);
+    } else {
+      for (int e = 0; e < E; ++e) s[static_cast<size_t>(e)] = 1.0f / (1.0f + std::exp(-lg[e]));
+    }
+    for (int e = 0; e < E; ++e) {
+      sel[static_cast<size_t>(e)] = s[static_cast<size_t>(e)] + (biased ? score_bias[e] : 0.0f);
+    }
+    if (grouped) limiter.apply(sel.data(), E, group_of.data(), cfg.n_group, cfg.topk_group, group_top, k);
+    if (node_limited) {
+      limiter.apply(sel.data(), E, node_limit->expert_node, node_limit->num_nodes, node_limit->max_nodes, node_top, k);
+    }
+    std::iota(order.begin(), order.end(), 0);
+    auto better = [&](int a, int b) {
+      return sel[static_cast<size_t>(a)] > sel[static_cast<size_t>(b)] ||
+             (sel[static_cast<size_t>(a)] == sel[static_cast<size_t>(b)] && a < b);
+    };
+    if (ranked != nullptr) {
+      std::sort(order.begin(), order.end(), better);
+      int* out = ranked + t * E;
+      for (int i = 0; i < E; ++i) {
+        const int e = order[static_cast<size_t>(i)];
+        out[i] = sel[static_cast<size_t>(e)] == kMasked ? -1 : e;
+      }
+    } else {
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
+    }
     float sum = 0;
-    for (int j = 0; j < k; ++j) sum += probs[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    for (int j = 0; j < k; ++j) sum += s[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    if (cfg.scoring == RouterConfig::Scoring::kSigmoid) sum += 1e-20f;
+    const float scale = static_cast<float>(cfg.routed_scaling_factor);
     for (int j = 0; j < k; ++j) {
-      const int idx = order[static_cast<size_t>(j)];
-      topk_idx[t * k + j] = idx;
-      const float p = probs[static_cast<size_t>(idx)];
-      topk_weights[t * k + j] = cfg.norm_topk_prob ? p / sum : p;
+      const int e = order[static_cast<size_t>(j)];
+      topk_idx[t * k + j] = e;
+      const float p = s[static_cast<size_t>(e)];
+      topk_weights[t * k + j] = (cfg.norm_topk_prob ? p / sum : p) * scale;
     }
   }
 }
 
-}  // namespace moe
-
-namespace moe {
+void route_softmax_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, int* topk_idx,
+                        float* topk_weights) {
+  route_topk(logits, num_tokens, cfg, nullptr, nullptr, topk_idx, topk_weights);
+}
 
 void route_softmax_topk_node_limited(const float* logits, int64_t num_tokens, const RouterConfig& cfg,
                                      const int* expert_node, int num_nodes, int max_nodes, int* topk_idx,
                                      float* topk_weights) {
-  const int e = cfg.num_experts, k = cfg.top_k;
-  const int per_node = (k + max_nodes - 1) / max_nodes;
-  std::vector<int> experts_per_node(static_cast<size_t>(num_nodes), 0);
-  for (int i = 0; i < e; ++i) ++experts_per_node[static_cast<size_t>(expert_node[i])];
-  std::vector<float> probs(static_cast<size_t>(e));
-  std::vector<int> order(static_cast<size_t>(e)), node_order(static_cast<size_t>(num_nodes));
-  std::vector<double> node_score(static_cast<size_t>(num_nodes));
-  std::vector<int> taken(static_cast<size_t>(num_nodes));
-  std::vector<uint8_t> node_ok(static_cast<size_t>(num_nodes));
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    std::copy(logits + t * e, logits + (t + 1) * e, probs.begin());
-    softmax(probs.data(), e);
-    std::iota(order.begin(), order.end(), 0);
-    auto by_prob = [&](int a, int b) {
-      return probs[static_cast<size_t>(a)] > probs[static_cast<size_t>(b)] ||
-             (probs[static_cast<size_t>(a)] == probs[static_cast<size_t>(b)] && a < b);
-    };
-    std::sort(order.begin(), order.end(), by_prob);
-    // Node scores: the sum of each node's per_node best probabilities.
-    std::fill(node_score.begin(), node_score.end(), 0.0);
-    std::fill(taken.begin(), taken.end(), 0);
-    for (int idx : order) {
-      const int n = expert_node[idx];
-      if (taken[static_cast<size_t>(n)] < per_node) {
-        node_score[static_cast<size_t>(n)] += probs[static_cast<size_t>(idx)];
-        ++taken[static_cast<size_t>(n)];
-      }
-    }
-    std::iota(node_order.begin(), node_order.end(), 0);
-    std::sort(node_order.begin(), node_order.end(), [&](int a, int b) {
-      return node_score[static_cast<size_t>(a)] > node_score[static_cast<size_t>(b)] ||
-             (node_score[static_cast<size_t>(a)] == node_score[static_cast<size_t>(b)] && a < b);
-    });
-    std::fill(node_ok.begin(), node_ok.end(), 0);
-    int kept_experts = 0;
-    for (int i = 0; i < num_nodes && (i < max_nodes || kept_experts < k); ++i) {
-      node_ok[static_cast<size_t>(node_order[static_cast<size_t>(i)])] = 1;
-      kept_experts += experts_per_node[static_cast<size_t>(node_order[static_cast<size_t>(i)])];
-    }
-    int j = 0;
-    float sum = 0;
-    for (int idx : order) {
-      if (j == k) break;
-      if (!node_ok[static_cast<size_t>(expert_node[idx])]) continue;
-      topk_idx[t * k + j] = idx;
-      topk_weights[t * k + j] = probs[static_cast<size_t>(idx)];
-      sum += probs[static_cast<size_t>(idx)];
-      ++j;
-    }
-    if (cfg.norm_topk_prob) {
-      for (int i = 0; i < k; ++i) topk_weights[t * k + i] /= sum;
-    }
-  }
+  const NodeLimit limit{expert_node, num_nodes, max_nodes};
+  route_topk(logits, num_tokens, cfg, nullptr, &limit, topk_idx, topk_weights);
 }
 
 }  // namespace moe

@@ -1,4 +1,22 @@
-// Routers: router logits -> (topk_idx, topk_weights) per token.
+// Routers: router logits -> (topk_idx, topk_weights) per token, for every router the
+// supported families use (selected by RouterConfig, parsed from config.json):
+//
+//   Mixtral (transformers MixtralSparseMoeBlock): softmax over all experts in f32 ->
+//     top-k -> renormalise the k weights to sum 1.
+//   Qwen2-MoE / Qwen3-MoE (Qwen2MoeSparseMoeBlock): the same, renormalising only when
+//     norm_topk_prob.
+//   DeepSeek-V3 `noaux_tc` (DeepSeek-V3 technical report sec. 2.1.2; transformers
+//     DeepseekV3TopkRouter): s = sigmoid(logits); selection scores b = s +
+//     e_score_correction_bias (used only to choose experts); with n_group > 1 the
+//     experts form n_group groups of consecutive ids, a group's score is the sum of its
+//     two highest b, the topk_group best groups are kept and every other expert is
+//     masked to -inf; top-k by b; weights = the UNBIASED s of the chosen experts,
+//     divided by (their sum + 1e-20) when norm_topk_prob; times routed_scaling_factor.
+//   DeepSeek-V2 `group_limited_greedy`: as above with softmax scores, no bias and the
+//     group score = the group's highest score.
+//
+// Ties (equal scores) go to the lower expert id, and for groups/nodes to the lower
+// group/node id, so routing is deterministic. All arithmetic in f32.
 #pragma once
 
 #include <cstdint>
@@ -7,28 +25,35 @@
 
 namespace moe {
 
-// Mixtral's router (transformers MixtralSparseMoeBlock; Jiang et al. 2024):
-// softmax over all experts in f32 -> top-k -> renormalise the k weights to sum 1
-// (when cfg.norm_topk_prob).
-//   logits:       [num_tokens, num_experts] f32
-//   topk_idx:     [num_tokens, top_k] expert ids, highest weight first; ties go to the
-//                 lower expert id
-//   topk_weights: [num_tokens, top_k] f32
+// Node-limited routing (DeepSeek-V3 report, sec. 2.1.2: "each token will be sent to at
+// most M nodes, which are selected according to the sum of the highest K_r/M affinity
+// scores of the experts distributed on each node"), applied after the router's own
+// group limit: per token, node score = sum of its ceil(top_k / M) highest selection
+// scores among allowed experts; the M best nodes are kept (ties: lower node id; more
+// nodes are added while the kept ones hold fewer than top_k allowed experts).
+struct NodeLimit {
+  const int* expert_node = nullptr;  // [num_experts] node of each expert
+  int num_nodes = 0;
+  int max_nodes = 0;  // M >= 1; a limit >= num_nodes changes nothing
+};
+
+// logits:       [num_tokens, num_experts] f32 router logits
+// score_bias:   [num_experts] f32 e_score_correction_bias; required when
+//               cfg.has_score_bias(), ignored otherwise
+// node_limit:   optional (nullptr = none)
+// topk_idx:     [num_tokens, top_k] expert ids, best selection score first
+// topk_weights: [num_tokens, top_k] f32
+// ranked:       optional [num_tokens, num_experts]: every expert the token may use
+//               (not masked by a group or node limit) in selection order, the top-k
+//               first, then -1 padding (capacity's reroute policy walks it)
+void route_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, const float* score_bias,
+                const NodeLimit* node_limit, int* topk_idx, float* topk_weights, int* ranked = nullptr);
+
+// route_topk without bias or node limit (Mixtral/Qwen routers).
 void route_softmax_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, int* topk_idx,
                         float* topk_weights);
 
-}  // namespace moe
-
-namespace moe {
-
-// Node-limited routing (DeepSeek-V3 technical report, sec. 2.1.2: "each token will be
-// sent to at most M nodes, which are selected according to the sum of the highest
-// K_r/M affinity scores of the experts distributed on each node"), applied to the
-// softmax router: per token, node score = sum of its ceil(top_k / M) highest expert
-// probabilities; the M best nodes are kept (ties: lower node id; more nodes are added
-// if the kept ones hold fewer than top_k experts); top-k is taken among their experts
-// and renormalised as route_softmax_topk does.
-//   expert_node: [num_experts] node of each expert; max_nodes >= 1.
+// route_topk with a node limit and no bias.
 void route_softmax_topk_node_limited(const float* logits, int64_t num_tokens, const RouterConfig& cfg,
                                      const int* expert_node, int num_nodes, int max_nodes, int* topk_idx,
                                      float* topk_weights);

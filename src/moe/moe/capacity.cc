@@ -1,0 +1,196 @@
+#include "moe/moe/capacity.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "moe/moe/dispatch_layout.h"
+
+namespace moe {
+
+StatusOr<OverflowPolicy> parse_overflow_policy(const std::string& name) {
+  if (name == "dropless") return OverflowPolicy::kDropless;
+  if (name == "drop") return OverflowPolicy::kDrop;
+  if (name == "reroute") return OverflowPolicy::kReroute;
+  return invalid_argument("unknown overflow policy '" + name + "' (expected dropless, drop or reroute)");
+}
+
+const char* overflow_policy_name(OverflowPolicy policy) {
+  switch (policy) {
+    case OverflowPolicy::kDropless:
+      return "dropless";
+    case OverflowPolicy::kDrop:
+      return "drop";
+    case OverflowPolicy::kReroute:
+      return "reroute";
+  }
+  return "?";
+}
+
+Status validate_capacity_options(const CapacityOptions& options) {
+  if (options.policy == OverflowPolicy::kDropless) return ok_status();
+  if (!std::isfinite(options.capacity_factor) || options.capacity_factor <= 0) {
+    return invalid_argument("capacity factor must be a positive number (got " +
+                            std::to_string(options.capacity_factor) + ")");
+  }
+  return ok_status();
+}
+
+int64_t expert_capacity(int64_t global_tokens, int top_k, int num_experts, double factor) {
+  const double c = std::ceil(static_cast<double>(global_tokens) * top_k * factor / num_experts);
+  return c > 0 ? static_cast<int64_t>(c) : 0;
+}
+
+namespace {
+
+// Every rank's block of int32 values, concatenated in rank order (an allgatherv);
+// counts[r] = the length of rank r's block.
+Status allgather_ints(Communicator* comm, const std::vector<int>& mine, std::vector<int>* all,
+                      std::vector<int64_t>* counts_out) {
+  if (comm == nullptr) {
+    *all = mine;
+    counts_out->assign(1, static_cast<int64_t>(mine.size()));
+    return ok_status();
+  }
+  const int R = comm->size();
+  const int64_t my_count = static_cast<int64_t>(mine.size());
+  std::vector<int64_t>& counts = *counts_out;
+  counts.assign(static_cast<size_t>(R), 0);
+  MOE_RETURN_IF_ERROR(comm->allgather(&my_count, sizeof(int64_t), counts.data()));
+  std::vector<size_t> send_bytes(static_cast<size_t>(R), mine.size() * sizeof(int)), recv_bytes(static_cast<size_t>(R));
+  int64_t total = 0;
+  for (int r = 0; r < R; ++r) {
+    recv_bytes[static_cast<size_t>(r)] = static_cast<size_t>(counts[static_cast<size_t>(r)]) * sizeof(int);
+    total += counts[static_cast<size_t>(r)];
+  }
+  std::vector<int> send;
+  send.reserve(mine.size() * static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) send.insert(send.end(), mine.begin(), mine.end());
+  all->assign(static_cast<size_t>(total), 0);
+  return comm->alltoallv(send.data(), send_bytes, all->data(), recv_bytes);
+}
+
+}  // namespace
+
+Status apply_capacity(const CapacityOptions& options, Communicator* comm, int64_t num_tokens, int top_k,
+                      int num_experts, int* topk_idx, float* topk_weights, const int* ranked,
+                      StepRoutingCounts* counts) {
+  const int R = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
+  const size_t E = static_cast<size_t>(num_experts);
+  const int64_t n_assign = num_tokens * top_k;
+  // This rank's assignments per expert, then its token count; gathered from all ranks.
+  std::vector<int64_t> local(E + 1, 0);
+  for (int64_t i = 0; i < n_assign; ++i) {
+    if (topk_idx[i] >= 0) ++local[static_cast<size_t>(topk_idx[i])];
+  }
+  local[E] = num_tokens;
+  std::vector<int64_t> all(static_cast<size_t>(R) * (E + 1));
+  if (comm != nullptr) {
+    MOE_RETURN_IF_ERROR(comm->allgather(local.data(), local.size() * sizeof(int64_t), all.data()));
+  } else {
+    all = local;
+  }
+  std::vector<int64_t> total(E, 0), before(E, 0);
+  counts->global_tokens = 0;
+  for (int r = 0; r < R; ++r) {
+    const int64_t* row = all.data() + static_cast<size_t>(r) * (E + 1);
+    counts->global_tokens += row[E];
+    for (size_t e = 0; e < E; ++e) {
+      total[e] += row[e];
+      if (r < me) before[e] += row[e];
+    }
+  }
+  counts->tokens_per_expert = total;
+  counts->capacity = -1;
+  counts->dropped = counts->rerouted = 0;
+  if (options.policy == OverflowPolicy::kDropless) return ok_status();
+
+  const int64_t cap = expert_capacity(counts->global_tokens, top_k, num_experts, options.capacity_factor);
+  counts->capacity = cap;
+  // Phase 1: admit in global order; this rank's assignments start after `before`.
+  std::vector<int64_t> seen = before;
+  std::vector<int64_t> overflow;  // flat assignment indices t * top_k + j, in order
+  for (int64_t i = 0; i < n_assign; ++i) {
+    const int e = topk_idx[i];
+    if (e < 0) continue;
+    if (seen[static_cast<size_t>(e)]++ >= cap) overflow.push_back(i);
+  }
+  std::vector<int64_t> room(E);
+  for (size_t e = 0; e < E; ++e) {
+    counts->tokens_per_expert[e] = std::min(total[e], cap);
+    room[e] = cap - counts->tokens_per_expert[e];
+  }
+  if (options.policy == OverflowPolicy::kDrop) {
+    for (size_t e = 0; e < E; ++e) counts->dropped += total[e] - counts->tokens_per_expert[e];
+    for (int64_t i : overflow) {
+      topk_idx[i] = kDroppedExpert;
+      topk_weights[i] = 0.0f;
+    }
+    return ok_status();
+  }
+
+  // Phase 2 (reroute): every rank's overflowing assignments with their candidate
+  // experts, gathered so that every rank replays the same placement in global order.
+  // Entry: [token, slot, num_candidates, candidates...].
+  std::vector<int> mine;
+  for (int64_t i : overflow) {
+    const int64_t t = i / top_k;
+    const int* row = topk_idx + t * top_k;
+    const int* order = ranked + t * num_experts;
+    mine.push_back(static_cast<int>(t));
+    mine.push_back(static_cast<int>(i % top_k));
+    const size_t count_pos = mine.size();
+    mine.push_back(0);
+    for (int c = 0; c < num_experts && order[c] >= 0; ++c) {
+      // Skip the experts of the token's original top-k (held, or overflowing).
+      if (std::find(row, row + top_k, order[c]) != row + top_k) continue;
+      mine.push_back(order[c]);
+      ++mine[count_pos];
+    }
+  }
+  // (topk_idx still holds the original rows: it is rewritten only during the replay.)
+  std::vector<int> entries;
+  std::vector<int64_t> sizes;
+  MOE_RETURN_IF_ERROR(allgather_ints(comm, mine, &entries, &sizes));
+  // The replay, in global order; a token's new experts are tracked while consecutive
+  // entries belong to the same (rank, token).
+  std::vector<int> taken;  // experts given to the current token by earlier reroutes
+  int cur_rank = -1, cur_token = -1;
+  size_t pos = 0;
+  for (int r = 0; r < R; ++r) {
+    const size_t end = pos + static_cast<size_t>(sizes[static_cast<size_t>(r)]);
+    while (pos < end) {
+      const int t = entries[pos], j = entries[pos + 1], nc = entries[pos + 2];
+      const int* cand = entries.data() + pos + 3;
+      pos += 3 + static_cast<size_t>(nc);
+      if (r != cur_rank || t != cur_token) {
+        taken.clear();
+        cur_rank = r;
+        cur_token = t;
+      }
+      int chosen = kDroppedExpert;
+      for (int c = 0; c < nc; ++c) {
+        const int e = cand[c];
+        if (room[static_cast<size_t>(e)] > 0 && std::find(taken.begin(), taken.end(), e) == taken.end()) {
+          chosen = e;
+          break;
+        }
+      }
+      if (chosen >= 0) {
+        --room[static_cast<size_t>(chosen)];
+        ++counts->tokens_per_expert[static_cast<size_t>(chosen)];
+        ++counts->rerouted;
+        taken.push_back(chosen);
+      } else {
+        ++counts->dropped;
+      }
+      if (r == me) {
+        const int64_t i = static_cast<int64_t>(t) * top_k + j;
+        topk_idx[i] = chosen;
+        if (chosen < 0) topk_weights[i] = 0.0f;
+      }
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace moe

@@ -1,0 +1,69 @@
+// Expert capacity and token dropping (GShard, Lepikhin et al. 2020; Switch
+// Transformer, Fedus et al. 2021), over the global batch of an EP group.
+//
+// capacity = ceil(global_tokens * top_k * capacity_factor / num_experts) assignments
+// per expert, where global_tokens is the step's token count summed over every rank
+// (from exchanged counts, so every rank computes the same capacity). Assignments are
+// admitted in global token order: rank-major (all of rank 0's tokens, then rank 1's
+// ...), token index within a rank; a token holds each expert once, so its slots never
+// compete. The result therefore does not depend on how a batch is split over ranks.
+//
+// Overflow policies:
+//   kDropless (default): no capacity; every assignment runs (grouped_expert_ffn bounds
+//     memory by processing large expert batches in chunks).
+//   kDrop: an assignment beyond its expert's capacity is skipped (expert id set to
+//     kDroppedExpert = -1, weight 0). The token keeps its residual path and its other
+//     experts; the remaining weights are NOT renormalised.
+//   kReroute: an assignment beyond capacity moves to the token's next-best expert (in
+//     router selection order, among experts its group/node limits allow and it does
+//     not already hold) that still has room after every admitted assignment; it keeps
+//     its weight. Overflowing assignments are placed one by one in global token order,
+//     then slot order. With no expert left with room it is dropped.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moe/comm/communicator.h"
+#include "moe/status.h"
+
+namespace moe {
+
+enum class OverflowPolicy { kDropless, kDrop, kReroute };
+
+struct CapacityOptions {
+  OverflowPolicy policy = OverflowPolicy::kDropless;
+  double capacity_factor = 1.0;  // > 0; ignored by kDropless
+};
+
+// "dropless", "drop" or "reroute"; InvalidArgument naming the value otherwise.
+StatusOr<OverflowPolicy> parse_overflow_policy(const std::string& name);
+const char* overflow_policy_name(OverflowPolicy policy);
+// InvalidArgument unless capacity_factor is finite and > 0 (for drop/reroute).
+Status validate_capacity_options(const CapacityOptions& options);
+
+// ceil(global_tokens * top_k * factor / num_experts), at least 0.
+int64_t expert_capacity(int64_t global_tokens, int top_k, int num_experts, double factor);
+
+// One step's global routing outcome (identical on every rank).
+struct StepRoutingCounts {
+  std::vector<int64_t> tokens_per_expert;  // [num_experts] assignments run, after the policy
+  int64_t global_tokens = 0;
+  int64_t capacity = -1;  // -1 when dropless
+  int64_t dropped = 0;    // assignments skipped
+  int64_t rerouted = 0;   // assignments moved to another expert
+};
+
+// Applies `options` to this rank's routing in place and fills `counts`.
+//   topk_idx, topk_weights: [num_tokens, top_k] (router output, best first)
+//   ranked: [num_tokens, num_experts] selection order from route_topk(..., ranked)
+//           (-1 padded); required for kReroute, else may be null
+//   comm:   the EP group (collective: every rank calls it, with its own tokens, possibly
+//           none), or nullptr for a single process.
+// Errors: communication errors from comm.
+Status apply_capacity(const CapacityOptions& options, Communicator* comm, int64_t num_tokens, int top_k,
+                      int num_experts, int* topk_idx, float* topk_weights, const int* ranked,
+                      StepRoutingCounts* counts);
+
+}  // namespace moe
