@@ -55,6 +55,40 @@ StatusOr<ExpertWeights> swiglu(const Checkpoint& ckpt, const WeightNames& names,
 
 }  // namespace
 
+Status bind_mlp_block(const ModelConfig& c, const Checkpoint& ckpt, int l, const ExpertFilter& want_expert,
+                      LayerWeights* layer) {
+  const WeightNames names = weight_names_for(c.family);
+  const int64_t hidden = c.hidden_size;
+  const int64_t inter = c.moe_intermediate_size;
+  LayerWeights& L = *layer;
+  if (!c.is_moe_layer(l)) {
+    MOE_ASSIGN_OR_RETURN(L.dense_mlp,
+                         swiglu(ckpt, names, names.layer(l, names.dense_mlp_prefix), hidden, c.intermediate_size));
+    return ok_status();
+  }
+  MOE_ASSIGN_OR_RETURN(L.router, matrix(ckpt, names.layer(l, names.router), c.router.num_experts, hidden));
+  if (c.router.has_score_bias()) {
+    MOE_ASSIGN_OR_RETURN(L.score_bias, vector_f32(ckpt, names.layer(l, names.score_bias), c.router.num_experts));
+  }
+  if (c.shared_expert_intermediate_size > 0) {
+    MOE_ASSIGN_OR_RETURN(L.shared_expert, swiglu(ckpt, names, names.layer(l, names.shared_expert_prefix), hidden,
+                                                 c.shared_expert_intermediate_size));
+  }
+  if (c.shared_expert_gate) {
+    MOE_ASSIGN_OR_RETURN(L.shared_expert_gate, matrix(ckpt, names.layer(l, names.shared_expert_gate), 1, hidden));
+  }
+  L.experts.resize(static_cast<size_t>(c.router.num_experts));
+  for (int e = 0; e < c.router.num_experts; ++e) {
+    if (want_expert && !want_expert(l, e)) continue;
+    ExpertWeights& E = L.experts[static_cast<size_t>(e)];
+    MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, names.expert(l, e, names.expert_w1), inter, hidden));
+    MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, names.expert(l, e, names.expert_w2), hidden, inter));
+    MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, names.expert(l, e, names.expert_w3), inter, hidden));
+    E.loaded = true;
+  }
+  return ok_status();
+}
+
 StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt,
                                     const ExpertFilter& want_expert) {
   if (c.family == ModelFamily::kDeepseekV3) {
@@ -65,7 +99,6 @@ StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
-  const int64_t inter = c.moe_intermediate_size;
 
   ModelWeights w;
   MOE_ASSIGN_OR_RETURN(w.embed_tokens, matrix(ckpt, names.embed_tokens, c.vocab_size, hidden));
@@ -88,32 +121,7 @@ StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const Checkpoint& ckpt
       MOE_ASSIGN_OR_RETURN(L.q_norm, vector_f32(ckpt, names.layer(l, names.q_norm), c.head_dim));
       MOE_ASSIGN_OR_RETURN(L.k_norm, vector_f32(ckpt, names.layer(l, names.k_norm), c.head_dim));
     }
-    if (!c.is_moe_layer(l)) {
-      MOE_ASSIGN_OR_RETURN(L.dense_mlp,
-                           swiglu(ckpt, names, names.layer(l, names.dense_mlp_prefix), hidden, c.intermediate_size));
-      continue;
-    }
-    MOE_ASSIGN_OR_RETURN(L.router,
-                         matrix(ckpt, names.layer(l, names.router), c.router.num_experts, hidden));
-    if (c.router.has_score_bias()) {
-      MOE_ASSIGN_OR_RETURN(L.score_bias, vector_f32(ckpt, names.layer(l, names.score_bias), c.router.num_experts));
-    }
-    if (c.shared_expert_intermediate_size > 0) {
-      MOE_ASSIGN_OR_RETURN(L.shared_expert, swiglu(ckpt, names, names.layer(l, names.shared_expert_prefix), hidden,
-                                                   c.shared_expert_intermediate_size));
-    }
-    if (c.shared_expert_gate) {
-      MOE_ASSIGN_OR_RETURN(L.shared_expert_gate, matrix(ckpt, names.layer(l, names.shared_expert_gate), 1, hidden));
-    }
-    L.experts.resize(static_cast<size_t>(c.router.num_experts));
-    for (int e = 0; e < c.router.num_experts; ++e) {
-      if (want_expert && !want_expert(l, e)) continue;
-      ExpertWeights& E = L.experts[static_cast<size_t>(e)];
-      MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, names.expert(l, e, names.expert_w1), inter, hidden));
-      MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, names.expert(l, e, names.expert_w2), hidden, inter));
-      MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, names.expert(l, e, names.expert_w3), inter, hidden));
-      E.loaded = true;
-    }
+    MOE_RETURN_IF_ERROR(bind_mlp_block(c, ckpt, l, want_expert, &L));
   }
   MOE_ASSIGN_OR_RETURN(w.final_norm, vector_f32(ckpt, names.final_norm, hidden));
   if (c.tie_word_embeddings && !ckpt.contains(names.lm_head)) {

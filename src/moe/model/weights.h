@@ -60,4 +60,11 @@ using ExpertFilter = std::function<bool(int layer, int expert)>;
 StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& ckpt,
                                     const ExpertFilter& want_expert = nullptr);
 
+// Binds only layer l's MLP block into *layer: the dense MLP, or the router, score bias,
+// shared expert (+ gate) and routed experts (those want_expert selects). Used by
+// bind_weights, and to test an MoE block of a family whose attention is not
+// implemented (deepseek_v3). Errors as bind_weights.
+Status bind_mlp_block(const ModelConfig& config, const Checkpoint& ckpt, int l, const ExpertFilter& want_expert,
+                      LayerWeights* layer);
+
 }  // namespace moe
