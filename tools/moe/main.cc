@@ -51,6 +51,12 @@ int main(int argc, char** argv) {
   auto run_bench_generate = moe::cli::add_bench_generate_command(*bench_generate);
   auto* bench_a2a = bench->add_subcommand("a2a", "EP dispatch+combine vs plain MPI_Alltoallv and memcpy (under mpirun)");
   auto run_bench_a2a = moe::cli::add_bench_a2a_command(*bench_a2a);
+  auto* bench_moe_layer =
+      bench->add_subcommand("moe-layer", "MoE layer time per stage (router, capacity, experts) for each router");
+  auto run_bench_moe_layer = moe::cli::add_bench_moe_layer_command(*bench_moe_layer);
+  auto* bench_capacity =
+      bench->add_subcommand("capacity", "Dropped fraction vs capacity factor on real routing counts (drop study)");
+  auto run_bench_capacity = moe::cli::add_bench_capacity_command(*bench_capacity);
 
   try {
     app.parse(argc, argv);
@@ -74,5 +80,7 @@ int main(int argc, char** argv) {
   if (generate->parsed()) return run_generate();
   if (bench_generate->parsed()) return run_bench_generate();
   if (bench_a2a->parsed()) return run_bench_a2a();
+  if (bench_moe_layer->parsed()) return run_bench_moe_layer();
+  if (bench_capacity->parsed()) return run_bench_capacity();
   return 2;
 }
