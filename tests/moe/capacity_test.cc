@@ -22,6 +22,19 @@ TEST(CapacityTest, CapacityFormula) {
   EXPECT_EQ(expert_capacity(7, 2, 4, 1.0), 4);   // ceil(3.5)
   EXPECT_EQ(expert_capacity(0, 2, 4, 1.0), 0);
   EXPECT_EQ(expert_capacity(4096, 8, 256, 1.25), 160);
+  // Clamped to the token count: a huge factor means "no limit", never an overflow.
+  EXPECT_EQ(expert_capacity(6, 2, 4, 3.0), 6);
+  EXPECT_EQ(expert_capacity(6, 2, 4, 1e30), 6);
+}
+
+TEST(CapacityTest, HugeFactorDropsNothing) {
+  std::vector<int> idx = {0, 1, 0, 1};
+  std::vector<float> w = {0.5f, 0.5f, 0.5f, 0.5f};
+  StepRoutingCounts c;
+  ASSERT_TRUE(apply_capacity({OverflowPolicy::kDrop, 1e30}, nullptr, 2, 2, 4, idx.data(), w.data(), nullptr, &c).ok());
+  EXPECT_EQ(idx, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(c.dropped, 0);
+  EXPECT_EQ(c.capacity, 2);
 }
 
 TEST(CapacityTest, PolicyNamesAndValidation) {

@@ -37,7 +37,10 @@ Status validate_capacity_options(const CapacityOptions& options) {
 
 int64_t expert_capacity(int64_t global_tokens, int top_k, int num_experts, double factor) {
   const double c = std::ceil(static_cast<double>(global_tokens) * top_k * factor / num_experts);
-  return c > 0 ? static_cast<int64_t>(c) : 0;
+  // An expert holds at most one assignment per token: clamping there also keeps huge
+  // factors from overflowing the conversion.
+  if (!(c > 0)) return 0;
+  return c >= static_cast<double>(global_tokens) ? global_tokens : static_cast<int64_t>(c);
 }
 
 namespace {

@@ -43,7 +43,8 @@ const char* overflow_policy_name(OverflowPolicy policy);
 // InvalidArgument unless capacity_factor is finite and > 0 (for drop/reroute).
 Status validate_capacity_options(const CapacityOptions& options);
 
-// ceil(global_tokens * top_k * factor / num_experts), at least 0.
+// ceil(global_tokens * top_k * factor / num_experts), clamped to [0, global_tokens]
+// (an expert receives at most one assignment per token).
 int64_t expert_capacity(int64_t global_tokens, int top_k, int num_experts, double factor);
 
 // One step's global routing outcome (identical on every rank).

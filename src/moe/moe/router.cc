@@ -14,38 +14,42 @@ namespace {
 
 constexpr float kMasked = -std::numeric_limits<float>::infinity();
 
-// Sorts ids by descending value, ties to the lower id.
-void sort_desc(std::vector<int>& ids, const float* value) {
-  std::sort(ids.begin(), ids.end(), [value](int a, int b) { return value[a] > value[b] || (value[a] == value[b] && a < b); });
-}
-
 // Keeps the `keep` best buckets of experts (bucket_of[e] in [0, num_buckets)), by the
 // sum of each bucket's `per_bucket` best unmasked values (max when per_bucket == 1);
 // buckets are added beyond `keep` while the kept ones hold fewer than `need` unmasked
-// experts. Masks (sets to -inf) every expert outside the kept buckets.
+// experts. Masks (sets to -inf) every expert outside the kept buckets. Linear in the
+// number of experts (a bucket's best values are kept in a small sorted array).
 struct BucketLimiter {
+  std::vector<float> best;  // [num_buckets, per_bucket] descending
   std::vector<double> score;
   std::vector<int> taken, order, unmasked;
   std::vector<uint8_t> kept;
-  std::vector<int> by_value;
 
   void apply(float* sel, int num_experts, const int* bucket_of, int num_buckets, int keep, int per_bucket, int need) {
-    score.assign(static_cast<size_t>(num_buckets), 0.0);
-    taken.assign(static_cast<size_t>(num_buckets), 0);
-    unmasked.assign(static_cast<size_t>(num_buckets), 0);
-    by_value.resize(static_cast<size_t>(num_experts));
-    std::iota(by_value.begin(), by_value.end(), 0);
-    sort_desc(by_value, sel);
-    for (int e : by_value) {
-      if (sel[e] == kMasked) continue;
+    const size_t B = static_cast<size_t>(num_buckets), P = static_cast<size_t>(per_bucket);
+    best.assign(B * P, kMasked);
+    taken.assign(B, 0);
+    unmasked.assign(B, 0);
+    for (int e = 0; e < num_experts; ++e) {
+      const float v = sel[e];
+      if (v == kMasked) continue;
       const size_t b = static_cast<size_t>(bucket_of[e]);
       ++unmasked[b];
-      if (taken[b] < per_bucket) {
-        score[b] += sel[e];
+      float* top = best.data() + b * P;
+      if (!(v > top[P - 1])) continue;  // ties keep the earlier (equal) value: same sum
+      size_t i = P - 1;
+      for (; i > 0 && v > top[i - 1]; --i) top[i] = top[i - 1];
+      top[i] = v;
+    }
+    score.assign(B, 0.0);
+    for (size_t b = 0; b < B; ++b) {
+      for (size_t i = 0; i < P; ++i) {
+        if (best[b * P + i] == kMasked) break;
+        score[b] += best[b * P + i];
         ++taken[b];
       }
     }
-    order.resize(static_cast<size_t>(num_buckets));
+    order.resize(B);
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int a, int b) {
       const size_t ua = static_cast<size_t>(a), ub = static_cast<size_t>(b);
@@ -53,7 +57,7 @@ struct BucketLimiter {
       if ((taken[ua] > 0) != (taken[ub] > 0)) return taken[ua] > 0;
       return score[ua] > score[ub] || (score[ua] == score[ub] && a < b);
     });
-    kept.assign(static_cast<size_t>(num_buckets), 0);
+    kept.assign(B, 0);
     int have = 0;
     for (int i = 0; i < num_buckets && (i < keep || have < need); ++i) {
       kept[static_cast<size_t>(order[static_cast<size_t>(i)])] = 1;
