@@ -144,7 +144,9 @@ Status apply_capacity(const CapacityOptions& options, Communicator* comm, int64_
     const size_t count_pos = mine.size();
     mine.push_back(0);
     for (int c = 0; c < num_experts && order[c] >= 0; ++c) {
-      // Skip the experts of the token's original top-k (held, or overflowing).
+      // Skip experts full after admission (they never regain room) and the token's
+      // original top-k (held, or overflowing). This also keeps the exchange small.
+      if (room[static_cast<size_t>(order[c])] == 0) continue;
       if (std::find(row, row + top_k, order[c]) != row + top_k) continue;
       mine.push_back(order[c]);
       ++mine[count_pos];
