@@ -16,6 +16,8 @@ RunFn add_bench_generate_command(CLI::App& bench);
 RunFn add_bench_a2a_command(CLI::App& bench);
 RunFn add_bench_moe_layer_command(CLI::App& bench);
 RunFn add_bench_capacity_command(CLI::App& bench);
+// `stats show|plot` (registers both subcommands on `stats`).
+RunFn add_stats_command(CLI::App& stats);
 
 // The model shipped in the repository, found relative to the working directory, the
 // binary, or the source tree.

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   auto* bench_capacity =
       bench->add_subcommand("capacity", "Dropped fraction vs capacity factor on real routing counts (drop study)");
   auto run_bench_capacity = moe::cli::add_bench_capacity_command(*bench_capacity);
+  auto* stats = app.add_subcommand("stats", "Per-expert load statistics: show a table, plot a heatmap");
+  auto run_stats = moe::cli::add_stats_command(*stats);
 
   try {
     app.parse(argc, argv);
@@ -82,5 +84,6 @@ int main(int argc, char** argv) {
   if (bench_a2a->parsed()) return run_bench_a2a();
   if (bench_moe_layer->parsed()) return run_bench_moe_layer();
   if (bench_capacity->parsed()) return run_bench_capacity();
+  if (stats->parsed()) return run_stats();
   return 2;
 }
