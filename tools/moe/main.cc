@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
   auto* bench_capacity =
       bench->add_subcommand("capacity", "Dropped fraction vs capacity factor on real routing counts (drop study)");
   auto run_bench_capacity = moe::cli::add_bench_capacity_command(*bench_capacity);
+  auto* placement = app.add_subcommand("placement", "Expert placement: plan replicas and slots from per-expert load");
+  placement->require_subcommand(1);
+  auto run_placement = moe::cli::add_placement_command(*placement);
   auto* stats = app.add_subcommand("stats", "Per-expert load statistics: show a table, plot a heatmap");
   auto run_stats = moe::cli::add_stats_command(*stats);
 
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
   if (bench_a2a->parsed()) return run_bench_a2a();
   if (bench_moe_layer->parsed()) return run_bench_moe_layer();
   if (bench_capacity->parsed()) return run_bench_capacity();
+  if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
   return 2;
 }

@@ -1,0 +1,135 @@
+// The expert placement planner: per-layer expert load -> which logical expert sits in
+// each physical slot of each rank (placement_plan.h), replicating hot experts.
+//
+// Model (what the objective assumes):
+//  - An expert's load is split evenly over its replicas: a rank's load is
+//    sum over the experts e it holds of load[e] / replica_count[e] (what the
+//    dispatcher's replica balancing approximates).
+//  - Tokens originate uniformly on all ranks (data-parallel attention) and the
+//    dispatcher prefers a replica on the same rank, else on the same node, else a remote
+//    one; so an assignment to expert e from a node crosses a node boundary iff that node
+//    holds no replica of e: cross-node share = sum_e load[e] * (nodes without e / nodes)
+//    / sum_e load[e]. Nodes are consecutive blocks of num_ranks / num_nodes ranks.
+//
+// Objective: minimise the maximum rank load, then the cross-node share. Constraints:
+// every expert keeps >= 1 replica, at most min(replica_cap, num_ranks) replicas on
+// distinct ranks, at most slots_per_rank experts per rank.
+//
+// Algorithms (PlannerAlgorithm):
+//  kBalanced (default): several candidate plans, each built as (1) replica counts,
+//    (2) packing: replicas by load descending, each onto the least-loaded rank with a
+//    free slot that does not hold the expert (LPT; with several nodes once more while
+//    preferring nodes that lack the expert), (3) local search on the most-loaded rank:
+//    move a replica to a free slot, swap it with a smaller one, drop a replica (its
+//    siblings take its share) or add one in a free slot, while that lowers the maximum.
+//    Replica counts: (a) greedy: one more replica for the expert with the largest load
+//    per replica while slots remain (EPLB's rule; every slot used); (b) the fewest
+//    replicas that keep each at or below the mean rank load (free slots stay free, so a
+//    rank holding a big replica is not forced to take more); (c) with several nodes,
+//    (b) for the best max so far, then replicas of the hottest experts up to one per
+//    node, then (a). Of the candidates within max_load_tolerance of the lowest max, each
+//    gets (4) a cross-node pass (free slots take replicas of hot experts their node
+//    lacks; moves and swaps across nodes that reduce crossing; no rank above the
+//    tolerance), and the lowest cross-node share wins.
+//  kEplb: a DeepSeek EPLB-style baseline: the same greedy replication, then balanced
+//    packing (replicas by load descending onto the least-loaded rank with a free slot)
+//    and nothing else. EPLB itself neither caps replicas nor keeps replicas of one
+//    expert on distinct ranks; here both constraints hold, as the plan format needs.
+//  With num_groups > 0 both are hierarchical like EPLB's: the groups (num_experts /
+//  num_groups consecutive experts each) are packed onto nodes, num_groups / num_nodes
+//  per node, and each expert with all of its replicas stays on its group's node (cap
+//  also <= ranks per node); each node is then planned on its own (kBalanced also swaps
+//  groups between nodes to even their loads and runs the local search (3) per node;
+//  kEplb packs each node's replicas as above). This keeps DeepSeek's
+//  group-limited routing node-local; in the cross-node model above every expert is then
+//  on exactly one node.
+//
+// Deterministic: the same input gives the same plan; ties go to the lowest expert id,
+// then the lowest rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "moe/placement/placement_plan.h"
+#include "moe/status.h"
+
+namespace moe {
+
+enum class PlannerAlgorithm { kBalanced, kEplb };
+
+struct PlannerInput {
+  std::vector<std::vector<double>> load;  // [layers][experts], finite, >= 0
+  std::vector<int> layer_ids;             // model layer id per row; empty: 0, 1, ...
+  int num_ranks = 1;
+  int num_nodes = 1;                      // must divide num_ranks
+  int slots_per_rank = 0;                 // num_ranks * slots_per_rank >= num_experts
+  int replica_cap = 4;                    // >= 1
+  int num_groups = 0;                     // 0 = no expert groups; else divides num_experts, multiple of num_nodes
+  PlannerAlgorithm algorithm = PlannerAlgorithm::kBalanced;
+  // kBalanced: plans whose max rank load is within this fraction of the lowest max found
+  // count as equally balanced, and the lowest cross-node share among them wins (the
+  // cross-node pass may use that headroom too). 0 = strictly max first.
+  double max_load_tolerance = 1e-3;
+};
+
+// InvalidArgument naming the field (num_ranks, num_nodes, slots_per_rank, replica_cap,
+// num_groups, load[l][e], layer_ids) and the problem.
+Status validate_planner_input(const PlannerInput& in);
+
+// The plan (validate_plan holds for it); slots_per_rank of the plan = the input's.
+StatusOr<PlacementPlan> plan_placement(const PlannerInput& in);
+
+// The one-copy baseline: rank r holds experts [floor(r*E/R), floor((r+1)*E/R)) in every
+// layer (slots_per_rank = ceil(E/R)); layer_ids empty means one layer, id 0.
+PlacementPlan contiguous_plan(int num_experts, int num_ranks, const std::vector<int>& layer_ids);
+
+struct LayerMetrics {
+  double max_load = 0;          // the most-loaded rank
+  double mean_load = 0;         // total / num_ranks
+  double max_over_mean = 1;     // 1 when the layer has no load
+  double cross_node_share = 0;  // fraction of the load that crosses nodes (model above)
+  double total_load = 0;
+};
+
+// Per-rank load under the even-split assumption ([num_ranks]).
+std::vector<double> rank_loads(const LayerPlan& layer, const std::vector<double>& load, int num_ranks);
+// `layer` must be valid for load.size() experts and num_ranks ranks; num_nodes divides
+// num_ranks (a bug otherwise, MOE_CHECK).
+LayerMetrics evaluate_layer(const LayerPlan& layer, const std::vector<double>& load, int num_ranks, int num_nodes);
+// A lower bound on any plan's max rank load: max(total / num_ranks, m) where m is the
+// smallest possible largest load per replica, max_e load[e] / replicas[e], with
+// num_ranks * min(slots_per_rank, experts) replicas in all and at most
+// min(replica_cap, num_ranks) per expert (greedy replication attains it). With no spare
+// slot (num_ranks * slots == experts) also the hottest expert plus the slots - 1 coldest.
+double max_load_lower_bound(const std::vector<double>& load, int num_ranks, int slots_per_rank, int replica_cap);
+
+struct PlanMetrics {
+  std::vector<LayerMetrics> layers;  // parallel to the plan's layers
+  // Layers run one after another, each as slow as its most-loaded rank:
+  // sum of per-layer max / sum of per-layer mean.
+  double max_over_mean = 1;
+  double worst_layer_max_over_mean = 1;
+  double cross_node_share = 0;  // crossing load / total load over all layers
+};
+// Evaluates plan.layers[i] against load[i]. InvalidArgument when the shapes disagree.
+StatusOr<PlanMetrics> evaluate_plan(const PlacementPlan& plan, const std::vector<std::vector<double>>& load,
+                                    int num_nodes);
+
+// A per-layer load matrix read from JSON, in one of three formats:
+//  {"load": [[per-expert numbers] per layer], "layer_ids": [...] (optional)};
+//  SGLang's {"logical_count": [[...] per layer]} (row index = layer id; all-zero rows,
+//  the dense layers, are skipped and listed in skipped_zero_layers);
+//  `moe generate --stats-out`'s {"layers": [{"layer": i, "tokens_per_expert": [...]}]}.
+// Every row must have the same number of entries, each finite and >= 0. InvalidArgument
+// naming `source` and the entry (e.g. "load.json: load[2][7] is -1: ...").
+struct LoadMatrix {
+  std::vector<int> layer_ids;
+  std::vector<std::vector<double>> load;  // [layers][experts]
+  std::vector<int> skipped_zero_layers;
+  int num_experts() const { return load.empty() ? 0 : static_cast<int>(load[0].size()); }
+};
+StatusOr<LoadMatrix> parse_load_json(const std::string& text, const std::string& source);
+StatusOr<LoadMatrix> read_load_file(const std::string& path);
+
+}  // namespace moe
