@@ -26,7 +26,7 @@ struct HeatmapOptions {
   // kLog colors by log10(value); zeros (which have no logarithm) get the color of the
   // smallest positive value, which is the legend's minimum.
   Scale scale = Scale::kLinear;
-  std::string title;  // empty: "Expert load: <value> per expert"
+  std::string title;  // empty: says what is plotted ("Expert load: tokens per expert", ...)
 };
 
 // The SVG document. Colors span the plotted values' min (colormap start) to max
