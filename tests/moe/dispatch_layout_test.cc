@@ -10,11 +10,17 @@
 namespace moe {
 namespace {
 
+std::vector<int> expert_rank(const ExpertPlacement& p) {
+  std::vector<int> out;
+  for (int e = 0; e < p.num_experts(); ++e) out.push_back(p.rank_of(e));
+  return out;
+}
+
 TEST(ExpertPlacement, ContiguousEvenUnevenAndMoreRanksThanExperts) {
-  EXPECT_EQ(ExpertPlacement::contiguous(8, 4).expert_rank(), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
-  EXPECT_EQ(ExpertPlacement::contiguous(8, 3).expert_rank(), (std::vector<int>{0, 0, 1, 1, 1, 2, 2, 2}));
+  EXPECT_EQ(expert_rank(ExpertPlacement::contiguous(8, 4)), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(expert_rank(ExpertPlacement::contiguous(8, 3)), (std::vector<int>{0, 0, 1, 1, 1, 2, 2, 2}));
   const ExpertPlacement p = ExpertPlacement::contiguous(2, 4);
-  EXPECT_EQ(p.expert_rank(), (std::vector<int>{1, 3}));
+  EXPECT_EQ(expert_rank(p), (std::vector<int>{1, 3}));
   EXPECT_TRUE(p.experts_on(0).empty());
   EXPECT_EQ(p.experts_on(3), (std::vector<int>{1}));
 }
@@ -24,6 +30,33 @@ TEST(ExpertPlacement, FromMapRejectsRankOutOfRange) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("expert 2 on rank 2"), std::string::npos) << p.status().message();
   EXPECT_TRUE(ExpertPlacement::from_map({1, 0, 1}, 2).ok());
+}
+
+TEST(ExpertPlacement, FromRankSlotsWithReplicas) {
+  // 3 ranks; expert 0 on ranks 0 and 2, expert 1 on 1, expert 2 on 1 and 2.
+  auto p = ExpertPlacement::from_rank_slots({{0}, {2, 1}, {0, 2}}, 3);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_TRUE(p->has_replicas());
+  EXPECT_EQ(p->replicas(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(p->replicas(1), (std::vector<int>{1}));
+  EXPECT_EQ(p->replicas(2), (std::vector<int>{1, 2}));
+  EXPECT_EQ(p->rank_of(2), 1);
+  EXPECT_TRUE(p->holds(2, 0));
+  EXPECT_FALSE(p->holds(1, 0));
+  EXPECT_EQ(p->experts_on(1), (std::vector<int>{1, 2}));
+  EXPECT_EQ(p->max_experts_per_rank(), 2);
+}
+
+TEST(ExpertPlacement, FromRankSlotsErrorsNameTheProblem) {
+  auto missing = ExpertPlacement::from_rank_slots({{0}, {2}}, 3);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("expert 1 on no rank"), std::string::npos) << missing.status().message();
+  auto twice = ExpertPlacement::from_rank_slots({{0, 1, 0}, {2}}, 3);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("expert 0 twice on rank 0"), std::string::npos) << twice.status().message();
+  auto range = ExpertPlacement::from_rank_slots({{0, 1}, {2, 7}}, 3);
+  ASSERT_FALSE(range.ok());
+  EXPECT_NE(range.status().message().find("expert 7 on rank 1"), std::string::npos) << range.status().message();
 }
 
 // 4 tokens, top-2, 8 experts on 4 ranks (rank r holds experts 2r, 2r+1).

@@ -4,6 +4,8 @@
 // a routing row with a duplicate expert (rejected on every rank, the next step fine).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <atomic>
 #include <mutex>
@@ -73,16 +75,20 @@ RankInput make_input(int rank, int n, const Router& route) {
 // Runs one EP step on `ranks` ranks with per-rank token counts and routing, and checks
 // each rank's output against the single-process grouped expert FFN of its own tokens.
 void check_step(int ranks, const std::vector<int>& counts, const Router& route, EpOptions options = {},
-                int ranks_per_node = 0) {
+                int ranks_per_node = 0, const ExpertPlacement* placement = nullptr) {
   TinyLayer tiny;
   InProcessGroup group(ranks, ranks_per_node, 20);
   Status st = run_ranks(group, [&](Communicator& comm) -> Status {
     const RankInput in = make_input(comm.rank(), counts[static_cast<size_t>(comm.rank())], route);
-    EpContext ctx{&comm, ExpertPlacement::contiguous(kExperts, ranks), {}};
+    EpContext ctx{&comm, placement ? *placement : ExpertPlacement::contiguous(kExperts, ranks), {}};
     ctx.options = options;
+    // This rank's weights: only the experts the placement gives it (a wrong dispatch
+    // would hit an unloaded expert and fail).
+    LayerWeights mine = tiny.layer;
+    for (int e = 0; e < kExperts; ++e) mine.experts[static_cast<size_t>(e)].loaded = ctx.placement.holds(comm.rank(), e);
     auto ws = make_ep_workspace();
     std::vector<float> out(static_cast<size_t>(in.n * kHidden) + 1);
-    MOE_RETURN_IF_ERROR(ep_moe_forward_routed(tiny.config, tiny.layer, in.x.data(), in.n, in.topk.data(),
+    MOE_RETURN_IF_ERROR(ep_moe_forward_routed(tiny.config, mine, in.x.data(), in.n, in.topk.data(),
                                               in.w.data(), ctx, ws.get(), out.data()));
     ExpertWorkspace ews;
     std::vector<float> ref(static_cast<size_t>(in.n * kHidden) + 1);
@@ -100,6 +106,42 @@ void check_step(int ranks, const std::vector<int>& counts, const Router& route, 
 }
 
 std::pair<int, int> spread(int rank, int t) { return {(rank * 3 + t) % kExperts, (rank * 3 + t + 1 + t % 5) % kExperts}; }
+
+// Replicated and permuted placements (every expert on 1-3 ranks, not in id order).
+ExpertPlacement replicated_placement(int ranks) {
+  std::vector<std::vector<int>> slots(static_cast<size_t>(ranks));
+  for (int e = 0; e < kExperts; ++e) {
+    const int copies = 1 + (e % 3 == 0) + (e == 5);
+    for (int c = 0; c < copies && c < ranks; ++c) slots[static_cast<size_t>((e * 5 + c) % ranks)].push_back(e);
+  }
+  // (c < ranks, so the copies land on distinct ranks; the sort orders the slots.)
+  for (auto& s : slots) {
+    std::sort(s.begin(), s.end());
+    s.erase(std::unique(s.begin(), s.end()), s.end());
+  }
+  return ExpertPlacement::from_rank_slots(slots, kExperts).value();
+}
+
+TEST(EpMoeLayerReplicas, ReplicatedPlacementFlat) {
+  for (int ranks : {2, 3, 4}) {
+    SCOPED_TRACE("ranks " + std::to_string(ranks));
+    const ExpertPlacement p = replicated_placement(ranks);
+    ASSERT_TRUE(p.has_replicas());
+    std::vector<int> counts(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) counts[static_cast<size_t>(r)] = 3 + 7 * r;
+    check_step(ranks, counts, spread, {}, 0, &p);
+  }
+}
+
+TEST(EpMoeLayerReplicas, ReplicatedPlacementHierarchicalAndOverlap) {
+  const ExpertPlacement p = replicated_placement(4);
+  EpOptions h;
+  h.hierarchical = true;
+  check_step(4, {5, 0, 9, 17}, spread, h, 2, &p);
+  EpOptions o;
+  o.overlap = true;
+  check_step(4, {5, 0, 9, 17}, spread, o, 0, &p);
+}
 
 TEST(EpMoeLayer, RanksWithZeroAndVeryDifferentTokenCounts) {
   check_step(4, {0, 7, 1, 65}, spread);

@@ -5,7 +5,9 @@
 namespace moe {
 
 Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, int num_tokens, int top_k,
-                               const ExpertPlacement& placement, DispatchLayout* L) {
+                               const ExpertPlacement& placement, DispatchLayout* L, const int* assign_rank) {
+  // The rank computing assignment i: the chosen replica, or the expert's only rank.
+  auto dest = [&](int64_t i, int e) { return assign_rank != nullptr ? assign_rank[i] : placement.rank_of(e); };
   const int num_ranks = placement.num_ranks();
   const int num_experts = placement.num_experts();
   L->num_tokens = num_tokens;
@@ -32,10 +34,11 @@ Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, i
         }
       }
       ++L->num_tokens_per_expert[static_cast<size_t>(e)];
-      uint8_t& in = L->is_token_in_rank[static_cast<size_t>(t) * num_ranks + placement.rank_of(e)];
+      const int r = dest(static_cast<int64_t>(t) * top_k + j, e);
+      uint8_t& in = L->is_token_in_rank[static_cast<size_t>(t) * num_ranks + r];
       if (!in) {
         in = 1;
-        ++L->num_tokens_per_rank[static_cast<size_t>(placement.rank_of(e))];
+        ++L->num_tokens_per_rank[static_cast<size_t>(r)];
       }
     }
   }
@@ -55,7 +58,7 @@ Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, i
       L->send_token_idx[static_cast<size_t>(row)] = t;
       for (int j = 0; j < top_k; ++j) {
         const int e = topk_idx[static_cast<int64_t>(t) * top_k + j];
-        if (e == kDroppedExpert || placement.rank_of(e) != r) continue;
+        if (e == kDroppedExpert || dest(static_cast<int64_t>(t) * top_k + j, e) != r) continue;
         L->send_expert[static_cast<size_t>(row) * top_k + j] = e;
         L->send_weight[static_cast<size_t>(row) * top_k + j] = topk_weights[static_cast<int64_t>(t) * top_k + j];
       }

@@ -37,7 +37,11 @@ inline constexpr int kDroppedExpert = -1;
 // token with all its assignments dropped is sent nowhere). InvalidArgument (naming the token, slot
 // and expert) for an expert id outside [0, num_experts) or listed twice in one row;
 // `layout` is then left unspecified. Deterministic: depends only on the inputs.
+// assign_rank: optional [num_tokens, top_k] rank that computes each assignment (the
+// replica chosen by choose_replicas, which must hold the expert); nullptr = each
+// expert's first replica.
 Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, int num_tokens, int top_k,
-                               const ExpertPlacement& placement, DispatchLayout* layout);
+                               const ExpertPlacement& placement, DispatchLayout* layout,
+                               const int* assign_rank = nullptr);
 
 }  // namespace moe

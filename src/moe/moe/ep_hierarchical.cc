@@ -6,6 +6,7 @@
 
 #include "moe/core/clock.h"
 #include "moe/moe/ep_wire.h"
+#include "moe/placement/replica_choice.h"
 
 namespace moe {
 
@@ -23,6 +24,8 @@ struct HierWorkspace {
   std::vector<uint8_t> send, recv;
   std::vector<float> gw_x, gw_w, gw_out, y, recv_x, recv_w, row;
   std::vector<int> gw_e, recv_e, gw_token;  // gw_token: own-node gateway rows -> token
+  std::vector<int> assign, gw_dest, rank_node;  // chosen replica ranks (source, gateway)
+  std::vector<int64_t> load;
   int own_rows = 0;
 };
 
@@ -183,6 +186,18 @@ Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& la
     }
   }
 
+  // With replicas, each assignment's rank is chosen here (locality first); its node
+  // decides the gateway. The gateway picks the replica inside its node (stage 2).
+  ws->rank_node.resize(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) ws->rank_node[static_cast<size_t>(r)] = comm.node_of(r);
+  const bool replicas = placement.has_replicas();
+  if (replicas && routing.ok()) {
+    ws->assign.resize(static_cast<size_t>(num_tokens * k));
+    choose_replicas(placement, topk_idx, num_tokens, k, me, ws->rank_node, &ws->load, ws->assign.data());
+  }
+  auto node_of_assignment = [&](int64_t i, int e) {
+    return comm.node_of(replicas ? ws->assign[static_cast<size_t>(i)] : placement.rank_of(e));
+  };
   // Stage 1 rows: (token, remote node) -> gateway; own-node tokens become gateway rows.
   StageRows& s1 = ws->s1;
   s1.src_row.clear();
@@ -205,7 +220,7 @@ Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& la
         float ws_[kMaxTopK];
         for (int j = 0; j < k; ++j) {
           const int e = topk_idx[t * k + j];
-          const bool here = e != kDroppedExpert && comm.node_of(placement.rank_of(e)) == node;
+          const bool here = e != kDroppedExpert && node_of_assignment(t * k + j, e) == node;
           ids[j] = here ? e : -1;
           ws_[j] = here ? topk_weights[t * k + j] : 0.0f;
           any |= here;
@@ -268,18 +283,28 @@ Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& la
   s2.expert.clear();
   s2.weight.clear();
   s2.send_count.assign(static_cast<size_t>(R), 0);
+  // The rank of this node that computes each gateway-row assignment.
+  int* gdest = grow(ws->gw_dest, static_cast<size_t>(G * k));
+  ws->load.assign(static_cast<size_t>(R), 0);
+  for (int64_t i = 0; i < G * k; ++i) {
+    const int e = ge[i];
+    if (e < 0) {
+      gdest[i] = -1;
+    } else if (replicas) {
+      gdest[i] = choose_replica_on_node(placement, e, my_node, me, ws->rank_node, &ws->load);
+    } else {
+      gdest[i] = placement.rank_of(e);
+    }
+  }
   for (int dest : topo.ranks_in_node[static_cast<size_t>(my_node)]) {
     for (int64_t g = 0; g < G; ++g) {
       bool any = false;
-      for (int j = 0; j < k; ++j) {
-        const int e = ge[g * k + j];
-        any |= e >= 0 && placement.rank_of(e) == dest;
-      }
+      for (int j = 0; j < k; ++j) any |= gdest[g * k + j] == dest;
       if (!any) continue;
       s2.src_row.push_back(static_cast<int>(g));
       for (int j = 0; j < k; ++j) {
         const int e = ge[g * k + j];
-        const bool here = e >= 0 && placement.rank_of(e) == dest;
+        const bool here = gdest[g * k + j] == dest;
         s2.expert.push_back(here ? e : -1);
         s2.weight.push_back(here ? gw[g * k + j] : 0.0f);
       }
@@ -290,7 +315,7 @@ Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& la
                                     ws, &ws->recv_x, &ws->recv_e, &ws->recv_w, timings));
   for (int64_t i = 0; i < s2.num_recv * k; ++i) {
     const int e = ws->recv_e[static_cast<size_t>(i)];
-    if (e >= 0 && placement.rank_of(e) != me) {
+    if (e >= 0 && !placement.holds(me, e)) {
       return internal_error("rank " + std::to_string(me) + " received a row for expert " + std::to_string(e) +
                             ", which it does not hold (ranks disagree on the expert placement)");
     }

@@ -8,6 +8,7 @@
 #include "moe/moe/ep_hierarchical.h"
 #include "moe/moe/ep_wire.h"
 #include "moe/moe/router.h"
+#include "moe/placement/replica_choice.h"
 #include "moe/tensor/dtype.h"
 
 namespace moe {
@@ -23,6 +24,8 @@ struct MicroBatch {
   std::vector<uint8_t> send_buf, recv_buf, back_send_buf, back_recv_buf;
   std::vector<float> recv_x, recv_w, y;
   std::vector<int> recv_e;
+  std::vector<int> assign;             // [n, top_k] chosen replica rank (with replicas)
+  std::vector<int64_t> replica_load;   // choose_replicas scratch
   int64_t num_recv = 0;
   std::unique_ptr<CommRequest> request;
   double started = 0;
@@ -36,6 +39,7 @@ struct EpWorkspace {
   MicroBatch mb[2];
   std::vector<float> row;  // one returned row, unpacked
   std::vector<int> expert_node;  // [num_experts] node of each expert (node-limited routing)
+  std::vector<int> rank_node;    // [num_ranks] node of each rank
   std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> hier = make_hier_workspace();
 };
 
@@ -68,8 +72,15 @@ Status prepare(Ctx& c, MicroBatch& mb, const float* x, const int* topk_idx, cons
   const int R = comm.size();
   // A bad routing on this rank is announced in the counts exchange (count -1), so that
   // every rank fails this step at once instead of waiting for a peer that left.
+  const int* assign = nullptr;
+  if (c.ep.placement.has_replicas()) {
+    mb.assign.resize(static_cast<size_t>(mb.n * c.top_k));
+    choose_replicas(c.ep.placement, topk_idx + mb.t0 * c.top_k, mb.n, c.top_k, comm.rank(), c.ws->rank_node,
+                    &mb.replica_load, mb.assign.data());
+    assign = mb.assign.data();
+  }
   Status layout_status = compute_dispatch_layout(topk_idx + mb.t0 * c.top_k, topk_w + mb.t0 * c.top_k,
-                                                 static_cast<int>(mb.n), c.top_k, c.ep.placement, &mb.layout);
+                                                 static_cast<int>(mb.n), c.top_k, c.ep.placement, &mb.layout, assign);
   if (layout_status.ok()) {
     mb.send_rows.assign(mb.layout.num_tokens_per_rank.begin(), mb.layout.num_tokens_per_rank.end());
   } else {
@@ -149,7 +160,7 @@ Status finish_dispatch_and_compute(Ctx& c, MicroBatch& mb, MicroBatch* other) {
                 static_cast<size_t>(c.top_k) * sizeof(float));
     for (int j = 0; j < c.top_k; ++j) {
       const int e = re[row * c.top_k + j];
-      if (e >= num_experts || (e >= 0 && c.ep.placement.rank_of(e) != me)) {
+      if (e >= num_experts || (e >= 0 && !c.ep.placement.holds(me, e))) {
         return internal_error("rank " + std::to_string(me) + " received a row for expert " + std::to_string(e) +
                               ", which it does not hold (ranks disagree on the expert placement)");
       }
@@ -206,6 +217,10 @@ Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& laye
   if (ep.options.hierarchical) {
     return ep_hierarchical_forward(config, layer, x, num_tokens, topk_idx, topk_weights, ep, ws->hier.get(),
                                    &ws->experts, out, timings);
+  }
+  if (ws->rank_node.size() != static_cast<size_t>(ep.comm->size())) {
+    ws->rank_node.resize(static_cast<size_t>(ep.comm->size()));
+    for (int r = 0; r < ep.comm->size(); ++r) ws->rank_node[static_cast<size_t>(r)] = ep.comm->node_of(r);
   }
   Ctx c{config, layer, ep, ws, timings, config.hidden_size, config.router.top_k,
         ep.options.a2a_bf16 ? size_t{2} : size_t{4}, 0};

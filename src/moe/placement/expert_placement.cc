@@ -1,39 +1,82 @@
 #include "moe/placement/expert_placement.h"
 
+#include <algorithm>
+
 namespace moe {
 
 ExpertPlacement ExpertPlacement::contiguous(int num_experts, int num_ranks) {
   ExpertPlacement p;
   p.num_ranks_ = num_ranks;
-  p.expert_rank_.resize(static_cast<size_t>(num_experts));
+  p.replicas_.resize(static_cast<size_t>(num_experts));
   for (int r = 0; r < num_ranks; ++r) {
     const int begin = static_cast<int>(static_cast<int64_t>(r) * num_experts / num_ranks);
     const int end = static_cast<int>(static_cast<int64_t>(r + 1) * num_experts / num_ranks);
-    for (int e = begin; e < end; ++e) p.expert_rank_[static_cast<size_t>(e)] = r;
+    for (int e = begin; e < end; ++e) p.replicas_[static_cast<size_t>(e)] = {r};
   }
   return p;
 }
 
 StatusOr<ExpertPlacement> ExpertPlacement::from_map(std::vector<int> expert_rank, int num_ranks) {
   if (num_ranks < 1) return invalid_argument("placement needs at least one rank (got " + std::to_string(num_ranks) + ")");
+  ExpertPlacement p;
+  p.num_ranks_ = num_ranks;
+  p.replicas_.resize(expert_rank.size());
   for (size_t e = 0; e < expert_rank.size(); ++e) {
     if (expert_rank[e] < 0 || expert_rank[e] >= num_ranks) {
       return invalid_argument("placement puts expert " + std::to_string(e) + " on rank " +
                               std::to_string(expert_rank[e]) + ", outside [0, " + std::to_string(num_ranks) + ")");
     }
+    p.replicas_[e] = {expert_rank[e]};
   }
-  ExpertPlacement p;
-  p.expert_rank_ = std::move(expert_rank);
-  p.num_ranks_ = num_ranks;
   return p;
+}
+
+StatusOr<ExpertPlacement> ExpertPlacement::from_rank_slots(const std::vector<std::vector<int>>& rank_slots,
+                                                           int num_experts) {
+  if (rank_slots.empty()) return invalid_argument("placement needs at least one rank");
+  ExpertPlacement p;
+  p.num_ranks_ = static_cast<int>(rank_slots.size());
+  p.replicas_.resize(static_cast<size_t>(num_experts));
+  for (size_t r = 0; r < rank_slots.size(); ++r) {
+    for (int e : rank_slots[r]) {
+      if (e < 0 || e >= num_experts) {
+        return invalid_argument("placement puts expert " + std::to_string(e) + " on rank " + std::to_string(r) +
+                                ", but the model has experts [0, " + std::to_string(num_experts) + ")");
+      }
+      auto& reps = p.replicas_[static_cast<size_t>(e)];
+      if (!reps.empty() && reps.back() == static_cast<int>(r)) {
+        return invalid_argument("placement lists expert " + std::to_string(e) + " twice on rank " + std::to_string(r));
+      }
+      reps.push_back(static_cast<int>(r));
+    }
+  }
+  for (int e = 0; e < num_experts; ++e) {
+    const auto& reps = p.replicas_[static_cast<size_t>(e)];
+    if (reps.empty()) return invalid_argument("placement leaves expert " + std::to_string(e) + " on no rank");
+    p.has_replicas_ |= reps.size() > 1;
+  }
+  return p;
+}
+
+bool ExpertPlacement::holds(int rank, int expert) const {
+  const auto& reps = replicas_[static_cast<size_t>(expert)];
+  return std::binary_search(reps.begin(), reps.end(), rank);
 }
 
 std::vector<int> ExpertPlacement::experts_on(int rank) const {
   std::vector<int> out;
-  for (size_t e = 0; e < expert_rank_.size(); ++e) {
-    if (expert_rank_[e] == rank) out.push_back(static_cast<int>(e));
+  for (size_t e = 0; e < replicas_.size(); ++e) {
+    if (holds(rank, static_cast<int>(e))) out.push_back(static_cast<int>(e));
   }
   return out;
+}
+
+int ExpertPlacement::max_experts_per_rank() const {
+  std::vector<int> count(static_cast<size_t>(num_ranks_), 0);
+  for (const auto& reps : replicas_) {
+    for (int r : reps) ++count[static_cast<size_t>(r)];
+  }
+  return count.empty() ? 0 : *std::max_element(count.begin(), count.end());
 }
 
 }  // namespace moe

@@ -1,5 +1,7 @@
-// Where each logical expert lives: expert -> rank (one copy each for now; replicas
-// come with the replication planner).
+// Where each logical expert lives: expert -> the ranks holding a copy (replicas).
+//
+// Every expert has at least one replica; a rank holds an expert at most once. Which
+// replica computes a given token is chosen at dispatch time (replica_choice.h).
 #pragma once
 
 #include <string>
@@ -13,23 +15,39 @@ class ExpertPlacement {
  public:
   ExpertPlacement() = default;
 
-  // Contiguous blocks: rank r holds experts [floor(r*E/R), floor((r+1)*E/R)), so
-  // 8 experts over 3 ranks -> {0,1}, {2,3,4}, {5,6,7} (sizes differ by at most one);
-  // with more ranks than experts some ranks hold none.
+  // Contiguous blocks, one copy each: rank r holds experts [floor(r*E/R),
+  // floor((r+1)*E/R)), so 8 experts over 3 ranks -> {0,1}, {2,3,4}, {5,6,7}; with more
+  // ranks than experts some ranks hold none.
   static ExpertPlacement contiguous(int num_experts, int num_ranks);
-  // Any map: expert_rank[e] in [0, num_ranks). InvalidArgument naming the expert otherwise.
+  // One copy each, any map: expert_rank[e] in [0, num_ranks). InvalidArgument naming
+  // the expert otherwise.
   static StatusOr<ExpertPlacement> from_map(std::vector<int> expert_rank, int num_ranks);
+  // Any layout with replicas: rank_slots[r] lists the logical experts rank r holds
+  // (num_ranks = rank_slots.size()). InvalidArgument naming the rank and expert for an
+  // id outside [0, num_experts), an expert listed twice on one rank, or an expert on
+  // no rank.
+  static StatusOr<ExpertPlacement> from_rank_slots(const std::vector<std::vector<int>>& rank_slots, int num_experts);
 
-  int num_experts() const { return static_cast<int>(expert_rank_.size()); }
+  int num_experts() const { return static_cast<int>(replicas_.size()); }
   int num_ranks() const { return num_ranks_; }
-  int rank_of(int expert) const { return expert_rank_[static_cast<size_t>(expert)]; }
-  const std::vector<int>& expert_rank() const { return expert_rank_; }
+  // The first (lowest) rank holding `expert`.
+  int rank_of(int expert) const { return replicas_[static_cast<size_t>(expert)].front(); }
+  // Ranks holding `expert`, ascending (at least one).
+  const std::vector<int>& replicas(int expert) const { return replicas_[static_cast<size_t>(expert)]; }
+  bool holds(int rank, int expert) const;
+  bool has_replicas() const { return has_replicas_; }
   // Experts held by `rank`, ascending.
   std::vector<int> experts_on(int rank) const;
+  // Expert slots used on the busiest rank.
+  int max_experts_per_rank() const;
+  bool operator==(const ExpertPlacement& other) const {
+    return num_ranks_ == other.num_ranks_ && replicas_ == other.replicas_;
+  }
 
  private:
-  std::vector<int> expert_rank_;
+  std::vector<std::vector<int>> replicas_;  // [num_experts] ranks ascending
   int num_ranks_ = 1;
+  bool has_replicas_ = false;
 };
 
 }  // namespace moe
