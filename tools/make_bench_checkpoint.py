@@ -125,6 +125,9 @@ def main():
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--router-skew", type=float, default=1.0,
+                    help="scale the router rows of the first quarter of the experts (a skewed "
+                         "router: those experts win most tokens); 1 = unskewed")
     ap.add_argument("--shard-mb", type=float, default=500.0,
                     help="max shard size in MB (1e6 bytes); 0 = single model.safetensors")
     a = ap.parse_args()
@@ -173,6 +176,8 @@ def main():
                 else:
                     arr = rng.standard_normal(shape, dtype=np.float32)
                     arr *= np.float32(a.std)
+                    if nm.endswith("block_sparse_moe.gate.weight") and a.router_skew != 1.0:
+                        arr[: max(1, shape[0] // 4)] *= np.float32(a.router_skew)
                 w.write(nm, arr)
                 weight_map[nm] = fn
                 data_bytes += 2 * arr.size

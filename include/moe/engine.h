@@ -19,7 +19,8 @@
 
 namespace moe {
 
-class Communicator;  // src/moe/comm/communicator.h
+class Communicator;     // src/moe/comm/communicator.h
+class ExpertLoadStats;  // src/moe/stats/expert_load_stats.h
 
 struct EngineOptions {
   std::string model_dir;  // config.json + safetensors (+ index) + tokenizer.model
@@ -37,6 +38,25 @@ struct EngineOptions {
   // Node-limited routing (DeepSeek-V3): each token's top-k restricted to experts on
   // at most this many nodes, chosen by their summed affinities; 0 = off.
   int max_nodes_per_token = 0;
+  // Expert capacity (GShard / Switch Transformer): "dropless" (default: no capacity),
+  // "drop" or "reroute" (src/moe/moe/capacity.h). With drop/reroute each expert takes at
+  // most ceil(tokens * top_k * capacity_factor / num_experts) assignments per step,
+  // tokens counted over all EP ranks. capacity_factor must be > 0.
+  std::string overflow_policy = "dropless";
+  double capacity_factor = 1.0;
+  // Decay of the per-step exponential moving average in the expert-load statistics.
+  double stats_ema_decay = 0.9;
+  // Expert placement under EP (src/moe/placement/): a static plan file (`moe placement
+  // plan` output: per MoE layer, the experts on each rank, replicas allowed) used from
+  // start-up; empty = contiguous blocks, one copy each.
+  std::string placement_file{};
+  // Live rebalancing every N decode steps (0 = never): the load statistics feed the
+  // planner, expert weights move between ranks point-to-point, all ranks switch at the
+  // same step boundary; a failed migration keeps the old plan (logged).
+  int rebalance_every = 0;
+  int slots_per_rank = 0;  // expert slots per rank for rebalancing; 0 = ceil(experts / ranks)
+  int replica_cap = 4;     // most replicas of one expert when rebalancing
+  int test_corrupt_migration_rank = -1;  // tests only: this rank corrupts a received expert
 };
 
 struct SamplingParams {
@@ -73,6 +93,7 @@ struct ModelInfo {
   int num_layers = 0;
   int num_experts = 0;
   int top_k = 0;
+  int num_moe_layers = 0;              // layers with an MoE block (others are dense)
   int max_context = 0;                 // tokens
   int64_t num_parameters = 0;
   int64_t num_active_parameters = 0;   // per token (top_k experts per layer)
@@ -107,8 +128,18 @@ class Engine {
   struct EpStats {
     double comm_wait_seconds = 0, compute_seconds = 0, exchange_seconds = 0;
     int64_t calls = 0, bytes_sent = 0;
+    // Live rebalancing: plans switched to, failed migrations, experts moved (all
+    // ranks), seconds spent planning and migrating.
+    int64_t rebalances = 0, rebalance_failures = 0, experts_moved = 0;
+    double rebalance_seconds = 0;
   };
   EpStats ep_stats() const;
+  // Per-layer, per-expert routing load since open() (or the last clear): assignments
+  // run per expert (after the capacity policy), their per-step EMA, dropped and
+  // rerouted counts. Global over the EP group and identical on every rank. Valid until
+  // the Engine is destroyed; not to be read while generate()/run_worker() runs.
+  const ExpertLoadStats& expert_load_stats() const;
+  void clear_expert_load_stats();
   // Sets the OpenMP thread count used by kernels (n >= 1).
   static void set_num_threads(int n);
   // Tokenizer access for tools.

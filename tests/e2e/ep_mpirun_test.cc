@@ -25,15 +25,16 @@ std::string mpirun(int np) {
 struct GenRun {
   nlohmann::json json;
   std::vector<float> logits;
+  nlohmann::json stats;  // --stats-out
 };
 
 GenRun run(const std::string& prefix, const std::string& extra, const std::string& tag) {
   // A private directory per run: ctest runs the parameterised cases as parallel processes.
   static const std::string dir = testing::make_temp_dir("ep_mpirun");
-  const std::string logits = dir + "/" + tag + ".f32";
+  const std::string logits = dir + "/" + tag + ".f32", stats = dir + "/" + tag + ".stats.json";
   auto r = run_command(prefix + moe_binary() + " generate --prompt " + testing::sh_quote(kPrompt) +
-                       " --max-tokens 24 --temperature 0 --threads 1 --format json --logits-out " + logits + " " +
-                       extra);
+                       " --max-tokens 24 --temperature 0 --threads 1 --format json --logits-out " + logits +
+                       " --stats-out " + stats + " " + extra);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   GenRun out;
   // The JSON object is the line starting with '{' (mpirun may add other lines).
@@ -43,21 +44,37 @@ GenRun run(const std::string& prefix, const std::string& extra, const std::strin
     if (!line.empty() && line[0] == '{') out.json = nlohmann::json::parse(line);
   }
   out.logits = read_f32(logits);
+  out.stats = nlohmann::json::parse(testing::read_file(stats), nullptr, false);
   return out;
 }
 
 struct Case {
   int np;
-  std::string flags;
+  std::string flags;        // EP-only flags
+  std::string model_flags;  // given to the single-process run too (capacity policy)
 };
 
 class EpMpirunTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EpMpirunTest, SameTokensAndLogitsAsOneProcess) {
-  static const GenRun single = run("", "", "single");
-  ASSERT_TRUE(single.json.contains("output_token_ids"));
   const Case& c = GetParam();
-  const GenRun ep = run(mpirun(c.np), "--ep " + std::to_string(c.np) + " " + c.flags, "ep" + std::to_string(c.np));
+  const GenRun single = run("", c.model_flags, "single");
+  ASSERT_TRUE(single.json.contains("output_token_ids"));
+  const GenRun ep = run(mpirun(c.np), "--ep " + std::to_string(c.np) + " " + c.flags + " " + c.model_flags,
+                        "ep" + std::to_string(c.np));
+  // Load statistics are global over the EP group: identical counts (EMA up to rounding).
+  ASSERT_TRUE(single.stats.is_object() && ep.stats.is_object());
+  ASSERT_EQ(ep.stats["layers"].size(), single.stats["layers"].size());
+  for (size_t l = 0; l < single.stats["layers"].size(); ++l) {
+    for (const char* key : {"tokens_per_expert", "dropped", "rerouted", "steps"}) {
+      EXPECT_EQ(ep.stats["layers"][l][key], single.stats["layers"][l][key]) << key << " layer " << l;
+    }
+  }
+  if (!c.model_flags.empty()) {  // the capacity really binds in these cases
+    int64_t affected = 0;
+    for (const auto& layer : single.stats["layers"]) affected += layer["dropped"].get<int64_t>() + layer["rerouted"].get<int64_t>();
+    EXPECT_GT(affected, 0);
+  }
   ASSERT_TRUE(ep.json.contains("output_token_ids")) << "no JSON from rank 0";
   EXPECT_EQ(ep.json["output_token_ids"], single.json["output_token_ids"]);
   EXPECT_EQ(ep.json["text"], single.json["text"]);
@@ -74,10 +91,15 @@ INSTANTIATE_TEST_SUITE_P(
     Ranks, EpMpirunTest,
     ::testing::Values(Case{1, ""}, Case{2, ""}, Case{3, ""}, Case{4, ""}, Case{4, "--ranks-per-node 2"},
                       Case{4, "--ranks-per-node 2 --a2a-mode flat"}, Case{2, "--ep-overlap"},
-                      Case{4, "--ep-overlap"}, Case{3, "--ranks-per-node 2 --ep-overlap"}),
+                      Case{4, "--ep-overlap"}, Case{3, "--ranks-per-node 2 --ep-overlap"},
+                      Case{2, "", "--capacity-factor 0.5"},
+                      Case{4, "--ep-overlap", "--capacity-factor 0.75 --overflow-policy reroute"},
+                      Case{4, "--ranks-per-node 2", "--capacity-factor 0.5 --overflow-policy drop"}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = "np" + std::to_string(info.param.np);
-      for (char ch : info.param.flags) name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      for (char ch : info.param.flags + info.param.model_flags) {
+        name += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+      }
       return name;
     });
 

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "moe/comm/mpi_communicator.h"
 #include "moe/engine.h"
+#include "moe/stats/expert_load_stats.h"
 
 namespace moe::cli {
 namespace {
@@ -29,6 +30,16 @@ struct GenerateFlags {
   std::string a2a_dtype = "f32";
   std::string a2a_mode = "auto";
   int max_nodes_per_token = 0;
+  double capacity_factor = 1.0;
+  std::string overflow_policy;  // empty: drop when --capacity-factor is given, else dropless
+  bool capacity_given = false;
+  std::string stats_out;
+  double stats_ema_decay = 0.9;
+  std::string placement;
+  int rebalance_every = 0;
+  int slots_per_rank = 0;
+  int replica_cap = 4;
+  int test_corrupt_migration_rank = -1;
 };
 
 int run_generate(const GenerateFlags& f) {
@@ -48,6 +59,22 @@ int run_generate(const GenerateFlags& f) {
     return fail("--max-nodes-per-token must be >= 0 (got " + std::to_string(f.max_nodes_per_token) + ")");
   }
   if (f.ranks_per_node < 0) return fail("--ranks-per-node must be >= 0 (got " + std::to_string(f.ranks_per_node) + ")");
+  if (f.capacity_given && !(f.capacity_factor > 0 && std::isfinite(f.capacity_factor))) {
+    return fail("--capacity-factor must be a positive number (got " + std::to_string(f.capacity_factor) + ")");
+  }
+  if (f.overflow_policy == "dropless" && f.capacity_given) {
+    return fail("--capacity-factor has no effect with --overflow-policy dropless; use drop or reroute");
+  }
+  if (f.rebalance_every < 0) return fail("--rebalance-every must be >= 0 (got " + std::to_string(f.rebalance_every) + ")");
+  if (f.slots_per_rank < 0) return fail("--slots-per-rank must be >= 0 (got " + std::to_string(f.slots_per_rank) + ")");
+  if (f.replica_cap < 1) return fail("--replica-cap must be >= 1 (got " + std::to_string(f.replica_cap) + ")");
+  if ((!f.placement.empty() || f.rebalance_every > 0) && !launched_under_mpi()) {
+    return fail(std::string(f.placement.empty() ? "--rebalance-every" : "--placement") +
+                " places experts on EP ranks: run under mpirun with --ep N");
+  }
+  if (!(f.stats_ema_decay >= 0 && f.stats_ema_decay < 1)) {
+    return fail("--stats-ema-decay must be in [0, 1) (got " + std::to_string(f.stats_ema_decay) + ")");
+  }
   std::unique_ptr<Communicator> comm;
   if (f.ep > 1 || launched_under_mpi()) {
     if (!launched_under_mpi()) {
@@ -72,6 +99,14 @@ int run_generate(const GenerateFlags& f) {
   options.a2a_bf16 = f.a2a_dtype == "bf16";
   options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
   options.max_nodes_per_token = f.max_nodes_per_token;
+  options.overflow_policy = !f.overflow_policy.empty() ? f.overflow_policy : (f.capacity_given ? "drop" : "dropless");
+  options.capacity_factor = f.capacity_factor;
+  options.stats_ema_decay = f.stats_ema_decay;
+  options.placement_file = f.placement;
+  options.rebalance_every = f.rebalance_every;
+  options.slots_per_rank = f.slots_per_rank;
+  options.replica_cap = f.replica_cap;
+  options.test_corrupt_migration_rank = f.test_corrupt_migration_rank;
   auto engine = Engine::open(options);
   if (!engine.ok()) {
     return fail(comm ? "rank " + std::to_string(rank) + ": " + engine.status().message() : engine.status().message());
@@ -117,6 +152,16 @@ int run_generate(const GenerateFlags& f) {
     return fail(msg);
   }
   const GenerateResult& r = result.value();
+  if (f.rebalance_every > 0) {
+    const Engine::EpStats ep = engine.value()->ep_stats();
+    std::fprintf(stderr, "[rebalancing: %lld plans applied, %lld failed, %lld experts moved, %.1f ms]\n",
+                 static_cast<long long>(ep.rebalances), static_cast<long long>(ep.rebalance_failures),
+                 static_cast<long long>(ep.experts_moved), ep.rebalance_seconds * 1e3);
+  }
+  if (!f.stats_out.empty()) {
+    Status st = engine.value()->expert_load_stats().write_json_file(f.stats_out);
+    if (!st.ok()) return fail("--stats-out: " + st.message());
+  }
   if (!f.logits_out.empty()) {
     std::ofstream out(f.logits_out, std::ios::binary);
     out.write(reinterpret_cast<const char*>(r.prompt_logits.data()),
@@ -137,6 +182,7 @@ int run_generate(const GenerateFlags& f) {
                    "comm wait %.1f ms, expert compute %.1f ms]\n",
                    comm->size(), static_cast<long long>(ep.calls), ep.bytes_sent / 1e6, ep.comm_wait_seconds * 1e3,
                    ep.compute_seconds * 1e3);
+
     }
   } else {
     nlohmann::json j;
@@ -180,7 +226,34 @@ RunFn add_generate_command(CLI::App& app) {
   app.add_option("--max-nodes-per-token", f->max_nodes_per_token,
                  "Node-limited routing: experts of each token on at most M nodes (0 = off)")
       ->capture_default_str();
-  return [f] { return run_generate(*f); };
+  auto* capacity = app.add_option("--capacity-factor", f->capacity_factor,
+                                  "Expert capacity: ceil(tokens * top_k * F / experts) per expert and step "
+                                  "(implies --overflow-policy drop unless given)");
+  app.add_option("--overflow-policy", f->overflow_policy,
+                 "What happens past capacity: dropless (no capacity; default), drop, or reroute "
+                 "(to the token's next-best expert with room)")
+      ->check(CLI::IsMember({"dropless", "drop", "reroute"}));
+  app.add_option("--stats-out", f->stats_out,
+                 "Write per-layer, per-expert load statistics (JSON; plot with moe stats plot)");
+  app.add_option("--stats-ema-decay", f->stats_ema_decay, "Decay of the per-step load EMA in --stats-out")
+      ->capture_default_str();
+  app.add_option("--placement", f->placement,
+                 "Static expert placement plan (moe placement plan output) for EP ranks");
+  app.add_option("--rebalance-every", f->rebalance_every,
+                 "Re-plan the expert placement from the load statistics every N decode steps (0 = never; EP only)")
+      ->capture_default_str();
+  app.add_option("--slots-per-rank", f->slots_per_rank,
+                 "Expert slots per rank when rebalancing (spare slots hold replicas of hot experts); "
+                 "0 = ceil(experts / ranks)")
+      ->capture_default_str();
+  app.add_option("--replica-cap", f->replica_cap, "Most replicas of one expert when rebalancing")->capture_default_str();
+  app.add_option("--test-corrupt-migration-rank", f->test_corrupt_migration_rank,
+                 "(tests) this rank corrupts a received expert, so the migration must fail safely")
+      ->group("");
+  return [f, capacity] {
+    f->capacity_given = capacity->count() > 0;
+    return run_generate(*f);
+  };
 }
 
 }  // namespace moe::cli

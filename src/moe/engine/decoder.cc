@@ -20,7 +20,7 @@ void add_bias(float* y, int64_t m, const std::vector<float>& bias) {
 
 }  // namespace
 
-Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const EpContext* ep)
+Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const std::vector<EpContext>* ep)
     : config_(config),
       weights_(weights),
       rope_(config.head_dim, config.rope_theta, config.max_position_embeddings),
@@ -42,7 +42,8 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     if (ep_ != nullptr) {
       for (int l = 0; l < config_.num_hidden_layers; ++l) {
         if (!config_.is_moe_layer(l)) continue;
-        MOE_RETURN_IF_ERROR(ep_moe_forward(config_, weights_.layers[static_cast<size_t>(l)], nullptr, 0, *ep_,
+        MOE_RETURN_IF_ERROR(ep_moe_forward(config_, weights_.layers[static_cast<size_t>(l)], nullptr, 0,
+                                           (*ep_)[static_cast<size_t>(l)],
                                            ep_ws_.get(), nullptr, &ep_timings_));
         if (routing_hook_) routing_hook_(l, ep_last_routing_counts(*ep_ws_));
       }
@@ -96,7 +97,7 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     if (!c.is_moe_layer(l)) {
       swiglu_mlp(L.dense_mlp, h, m, &mlp_ws_, mo);
     } else if (ep_ != nullptr) {
-      MOE_RETURN_IF_ERROR(ep_moe_forward(c, L, h, m, *ep_, ep_ws_.get(), mo, &ep_timings_));
+      MOE_RETURN_IF_ERROR(ep_moe_forward(c, L, h, m, (*ep_)[static_cast<size_t>(l)], ep_ws_.get(), mo, &ep_timings_));
       if (routing_hook_) routing_hook_(l, ep_last_routing_counts(*ep_ws_));
     } else {
       moe_forward(c, L, h, m, &moe_ws_, mo, capacity_);

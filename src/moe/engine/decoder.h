@@ -21,9 +21,11 @@ namespace moe {
 
 class Decoder {
  public:
-  // `config` and `weights` must outlive the decoder. With `ep` (not owned), MoE layers
-  // run expert-parallel over ep->comm.
-  Decoder(const ModelConfig& config, const ModelWeights& weights, const EpContext* ep = nullptr);
+  // `config` and `weights` must outlive the decoder. With `ep` (not owned; one context
+  // per layer, entries of dense layers unused), MoE layers run expert-parallel over
+  // their context's comm and placement. The contexts may be changed between calls
+  // (live rebalancing), never during one.
+  Decoder(const ModelConfig& config, const ModelWeights& weights, const std::vector<EpContext>* ep = nullptr);
 
   // Runs m tokens at positions [start_pos, start_pos + m), appending their K/V to
   // `cache`, and writes the logits of the LAST token to logits [vocab].
@@ -57,7 +59,7 @@ class Decoder {
   MlpWorkspace mlp_ws_;
   CapacityOptions capacity_;
   RoutingHook routing_hook_;
-  const EpContext* ep_ = nullptr;
+  const std::vector<EpContext>* ep_ = nullptr;
   EpWorkspacePtr ep_ws_;
   EpTimings ep_timings_;
   std::function<Status(int64_t)> chunk_hook_;

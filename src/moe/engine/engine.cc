@@ -20,6 +20,11 @@
 #include "moe/model/weights.h"
 #include "moe/comm/communicator.h"
 #include "moe/engine/fingerprint.h"
+#include "moe/moe/capacity.h"
+#include "moe/placement/expert_migration.h"
+#include "moe/placement/placement_plan.h"
+#include "moe/placement/planner.h"
+#include "moe/stats/expert_load_stats.h"
 
 namespace moe {
 
@@ -31,7 +36,15 @@ struct Engine::Impl {
   std::unique_ptr<Decoder> decoder;
   ModelInfo info;
   Communicator* comm = nullptr;
-  EpContext ep;
+  std::vector<EpContext> ep;  // [num_layers] per-layer expert placement (dense layers: unused)
+  CapacityOptions capacity;
+  std::unique_ptr<ExpertLoadStats> load_stats;
+  // Live rebalancing.
+  int rebalance_every = 0, slots_per_rank = 0, replica_cap = 4;
+  MigrationFaults faults;
+  ExpertStore expert_store;
+  int64_t decode_steps = 0;
+  Engine::EpStats rebalance_stats;
   bool workers_stopped = false;
 
   ~Impl() {
@@ -77,6 +90,7 @@ ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWei
   info.num_layers = c.num_hidden_layers;
   info.num_experts = c.router.num_experts;
   info.top_k = c.router.top_k;
+  info.num_moe_layers = c.num_moe_layers();
   info.max_context = c.max_position_embeddings;
   info.weight_bytes = ckpt.total_bytes();
   int64_t total = 0;
@@ -123,26 +137,77 @@ Engine::~Engine() = default;
 
 namespace {
 
+// Per-layer placements from a plan file (`moe placement plan`): one plan layer per MoE
+// layer, for this many ranks and experts.
+Status apply_placement_file(const std::string& path, Engine::Impl* impl) {
+  MOE_ASSIGN_OR_RETURN(PlacementPlan plan, load_plan_file(path));
+  const ModelConfig& c = impl->config;
+  const int R = impl->comm->size();
+  if (plan.num_ranks != R) {
+    return invalid_argument(path + ": the plan is for " + std::to_string(plan.num_ranks) + " ranks, but " +
+                            std::to_string(R) + " are running");
+  }
+  if (plan.num_experts != c.router.num_experts) {
+    return invalid_argument(path + ": the plan places " + std::to_string(plan.num_experts) + " experts, the model has " +
+                            std::to_string(c.router.num_experts));
+  }
+  std::vector<bool> covered(static_cast<size_t>(c.num_hidden_layers), false);
+  for (const LayerPlan& lp : plan.layers) {
+    if (lp.layer >= c.num_hidden_layers || !c.is_moe_layer(lp.layer)) {
+      return invalid_argument(path + ": plan layer " + std::to_string(lp.layer) + " is not an MoE layer of the model");
+    }
+    MOE_ASSIGN_OR_RETURN(impl->ep[static_cast<size_t>(lp.layer)].placement,
+                         ExpertPlacement::from_rank_slots(lp.rank_slots, c.router.num_experts));
+    covered[static_cast<size_t>(lp.layer)] = true;
+  }
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.is_moe_layer(l) && !covered[static_cast<size_t>(l)]) {
+      return invalid_argument(path + ": the plan has no entry for MoE layer " + std::to_string(l));
+    }
+  }
+  return ok_status();
+}
+
 // Loads everything this rank needs; no communication.
 Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   const std::string& dir = options.model_dir;
   if (!is_directory(dir)) return not_found("model directory not found: " + dir);
   MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
   merge_generation_config(dir, &impl->config);
+  if (impl->config.family == ModelFamily::kDeepseekV3) {
+    return unimplemented(dir + "/config.json: model_type 'deepseek_v3' is parsed (its router is supported) but "
+                         "Multi-head Latent Attention is not implemented yet, so the model cannot run");
+  }
+  MOE_ASSIGN_OR_RETURN(impl->capacity.policy, parse_overflow_policy(options.overflow_policy));
+  impl->capacity.capacity_factor = options.capacity_factor;
+  MOE_RETURN_IF_ERROR(validate_capacity_options(impl->capacity));
+  std::vector<int> moe_layers;
+  for (int l = 0; l < impl->config.num_hidden_layers; ++l) {
+    if (impl->config.is_moe_layer(l)) moe_layers.push_back(l);
+  }
+  MOE_ASSIGN_OR_RETURN(ExpertLoadStats stats,
+                       ExpertLoadStats::create(moe_layers, impl->config.router.num_experts, options.stats_ema_decay));
+  impl->load_stats = std::make_unique<ExpertLoadStats>(std::move(stats));
   MOE_ASSIGN_OR_RETURN(impl->checkpoint, Checkpoint::open(dir));
   ExpertFilter filter;
   if (impl->comm != nullptr) {
     if (impl->config.router.num_experts < 1) return invalid_argument("model has no experts to shard");
-    impl->ep.comm = impl->comm;
-    impl->ep.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, impl->comm->size());
-    impl->ep.options.overlap = options.ep_overlap;
-    impl->ep.options.a2a_bf16 = options.a2a_bf16;
-    impl->ep.options.hierarchical =
+    EpContext ctx;
+    ctx.comm = impl->comm;
+    ctx.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, impl->comm->size());
+    ctx.options.overlap = options.ep_overlap;
+    ctx.options.a2a_bf16 = options.a2a_bf16;
+    ctx.options.hierarchical =
         options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && impl->comm->num_nodes() > 1);
-    impl->ep.options.max_nodes_per_token = options.max_nodes_per_token;
+    ctx.options.max_nodes_per_token = options.max_nodes_per_token;
+    ctx.options.capacity = impl->capacity;
+    impl->ep.assign(static_cast<size_t>(impl->config.num_hidden_layers), ctx);
+    if (!options.placement_file.empty()) MOE_RETURN_IF_ERROR(apply_placement_file(options.placement_file, impl));
     const int me = impl->comm->rank();
-    const ExpertPlacement* placement = &impl->ep.placement;
-    filter = [placement, me](int, int expert) { return placement->rank_of(expert) == me; };
+    const std::vector<EpContext>* layers = &impl->ep;
+    filter = [layers, me](int layer, int expert) {
+      return (*layers)[static_cast<size_t>(layer)].placement.holds(me, expert);
+    };
   }
   MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, impl->checkpoint, filter));
   MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(dir));
@@ -177,6 +242,86 @@ Status agree_on_startup(Communicator& comm, const Status& local, uint64_t finger
   return ok_status();
 }
 
+// Live rebalancing, collective over the EP group: rank 0 plans a placement from the
+// load statistics (per-step EMA of each MoE layer) and broadcasts it; the experts move
+// (expert_migration.h); on success every rank switches to it before the next step.
+Status rebalance(Engine::Impl* impl) {
+  Communicator& comm = *impl->comm;
+  const ModelConfig& c = impl->config;
+  const int R = comm.size(), E = c.router.num_experts;
+  const double t0 = now_seconds();
+  std::vector<int> moe_layers;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.is_moe_layer(l)) moe_layers.push_back(l);
+  }
+  // Encoded plan: per MoE layer, per rank: count, expert ids. {-1} = planning failed.
+  std::vector<int64_t> flat;
+  if (comm.rank() == 0) {
+    PlannerInput in;
+    const ExpertLoadStats& stats = *impl->load_stats;
+    for (int l : moe_layers) {
+      const auto& ema = stats.ema(l);
+      in.load.emplace_back(ema.begin(), ema.end());
+      in.layer_ids.push_back(l);
+    }
+    in.num_ranks = R;
+    in.num_nodes = R % comm.num_nodes() == 0 ? comm.num_nodes() : 1;
+    in.slots_per_rank = impl->slots_per_rank > 0 ? impl->slots_per_rank : (E + R - 1) / R;
+    in.replica_cap = impl->replica_cap;
+    auto plan = plan_placement(in);
+    if (!plan.ok()) {
+      MOE_LOG_ERROR("rebalancing: planner failed, placement unchanged: {}", plan.status().message());
+      flat = {-1};
+    } else {
+      for (const LayerPlan& lp : plan->layers) {
+        for (const auto& slots : lp.rank_slots) {
+          flat.push_back(static_cast<int64_t>(slots.size()));
+          flat.insert(flat.end(), slots.begin(), slots.end());
+        }
+      }
+    }
+  }
+  int64_t size = static_cast<int64_t>(flat.size());
+  MOE_RETURN_IF_ERROR(comm.broadcast(&size, sizeof(size), 0));
+  flat.resize(static_cast<size_t>(size));
+  MOE_RETURN_IF_ERROR(comm.broadcast(flat.data(), flat.size() * sizeof(int64_t), 0));
+  if (size == 1 && flat[0] == -1) return failed_precondition("rebalancing: the planner failed on rank 0");
+
+  std::vector<ExpertPlacement> next_store(static_cast<size_t>(c.num_hidden_layers));
+  std::vector<const ExpertPlacement*> current(static_cast<size_t>(c.num_hidden_layers), nullptr), next = current;
+  size_t pos = 0;
+  bool changed = false;
+  for (int l : moe_layers) {
+    std::vector<std::vector<int>> slots(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      const int64_t n = flat.at(pos++);
+      for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(r)].push_back(static_cast<int>(flat.at(pos++)));
+    }
+    MOE_ASSIGN_OR_RETURN(next_store[static_cast<size_t>(l)], ExpertPlacement::from_rank_slots(slots, E));
+    current[static_cast<size_t>(l)] = &impl->ep[static_cast<size_t>(l)].placement;
+    next[static_cast<size_t>(l)] = &next_store[static_cast<size_t>(l)];
+    changed |= !(next_store[static_cast<size_t>(l)] == impl->ep[static_cast<size_t>(l)].placement);
+  }
+  Engine::EpStats& rs = impl->rebalance_stats;
+  if (changed) {
+    MigrationStats ms;
+    Status st = migrate_experts(comm, c, moe_layers, current, next, &impl->weights.layers, &impl->expert_store, &ms,
+                                impl->faults);
+    rs.rebalance_seconds += now_seconds() - t0;
+    if (!st.ok()) {
+      ++rs.rebalance_failures;
+      MOE_LOG_ERROR("rebalancing: expert migration failed, the previous placement stays in force: {}", st.message());
+      return st;
+    }
+    for (int l : moe_layers) impl->ep[static_cast<size_t>(l)].placement = std::move(next_store[static_cast<size_t>(l)]);
+    rs.experts_moved += ms.experts_moved;
+    MOE_LOG_INFO("rebalanced: {} experts moved ({:.2f} MB received by rank {}) in {:.1f} ms", ms.experts_moved,
+                 ms.bytes_received / 1e6, comm.rank(), ms.seconds * 1e3);
+  }
+  ++rs.rebalances;
+  return ok_status();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
@@ -196,6 +341,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   }
   const std::string& dir = options.model_dir;
   impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights, impl->comm ? &impl->ep : nullptr);
+  impl->decoder->set_capacity(impl->capacity);
+  impl->rebalance_every = options.rebalance_every;
+  impl->slots_per_rank = options.slots_per_rank;
+  impl->replica_cap = options.replica_cap;
+  impl->faults.corrupt_on_rank = options.test_corrupt_migration_rank;
+  ExpertLoadStats* stats = impl->load_stats.get();
+  impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {
+    stats->record_step(layer, counts.tokens_per_expert.data(), counts.dropped, counts.rerouted);
+  });
   if (impl->comm != nullptr && impl->comm->rank() == 0) {
     Communicator* comm = impl->comm;
     impl->decoder->set_chunk_hook([comm](int64_t m) {
@@ -218,6 +372,13 @@ Status Engine::run_worker() {
     int64_t header[2] = {0, 0};
     MOE_RETURN_IF_ERROR(comm->broadcast(header, sizeof(header), 0));
     if (header[0] == 0) return ok_status();
+    if (header[0] == 2) {
+      // A failed migration leaves the old plan in force on every rank; only a broken
+      // communicator ends the loop.
+      Status st = rebalance(impl_.get());
+      if (!st.ok() && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) return st;
+      continue;
+    }
     MOE_RETURN_IF_ERROR(impl_->decoder->forward_chunk(nullptr, 0, 0, nullptr, nullptr));
   }
 }
@@ -232,8 +393,17 @@ Status Engine::stop_workers() {
 
 Engine::EpStats Engine::ep_stats() const {
   const EpTimings& t = impl_->decoder->ep_timings();
-  return {t.comm_wait_seconds, t.compute_seconds, t.exchange_seconds, t.calls, t.bytes_sent};
+  Engine::EpStats s = impl_->rebalance_stats;
+  s.comm_wait_seconds = t.comm_wait_seconds;
+  s.compute_seconds = t.compute_seconds;
+  s.exchange_seconds = t.exchange_seconds;
+  s.calls = t.calls;
+  s.bytes_sent = t.bytes_sent;
+  return s;
 }
+
+const ExpertLoadStats& Engine::expert_load_stats() const { return *impl_->load_stats; }
+void Engine::clear_expert_load_stats() { impl_->load_stats->clear(); }
 
 const ModelInfo& Engine::info() const { return impl_->info; }
 void Engine::set_num_threads(int n) { omp_set_num_threads(n > 0 ? n : 1); }
@@ -318,6 +488,12 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
     if (!keep_going || i + 1 == req.max_tokens) break;
     MOE_RETURN_IF_ERROR(impl_->decoder->forward(&token, 1, pos, &cache, logits.data()));
     ++pos;
+    if (impl_->rebalance_every > 0 && impl_->comm != nullptr && ++impl_->decode_steps % impl_->rebalance_every == 0) {
+      int64_t header[2] = {2, 0};
+      MOE_RETURN_IF_ERROR(impl_->comm->broadcast(header, sizeof(header), 0));
+      Status st = rebalance(impl_.get());
+      if (!st.ok() && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) return st;
+    }
   }
   result.decode_seconds = now_seconds() - t1;
   const std::string full = impl_->tokenizer->decode(all);

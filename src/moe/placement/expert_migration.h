@@ -1,0 +1,55 @@
+// Live expert migration: moves expert weights between ranks so that a new placement
+// can take effect (live rebalancing).
+//
+// For every (MoE layer, expert) that the next placement puts on a rank which does not
+// hold it now, the lowest rank holding it now sends all three tensors of the expert
+// (w1, w2, w3 together: a dtype/size header, the bytes, an XXH3-64 checksum) point to
+// point; the receiver verifies sizes and checksum into a buffer it owns. Transfers run
+// in one global order on every rank (no deadlock: the earliest pending transfer always
+// has both ends waiting on it). Then all ranks agree (allreduce) whether every transfer
+// succeeded: only then are the layer weights switched (gained experts point to the
+// received buffers, lost ones are unloaded and their buffers freed); otherwise nothing
+// changes and every rank returns the error, so the old plan stays in force everywhere.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "moe/comm/communicator.h"
+#include "moe/model/config.h"
+#include "moe/model/weights.h"
+#include "moe/placement/expert_placement.h"
+#include "moe/status.h"
+
+namespace moe {
+
+// Owned copies of experts received from other ranks, keyed by (layer, expert).
+using ExpertStore = std::map<std::pair<int, int>, std::vector<uint8_t>>;
+
+struct MigrationStats {
+  int64_t experts_received = 0;  // by this rank
+  int64_t experts_sent = 0;      // by this rank
+  int64_t bytes_received = 0;
+  int64_t experts_moved = 0;  // over all ranks
+  double seconds = 0;
+};
+
+// Fault injection for tests: the receiving rank `corrupt_on_rank` flips a byte of the
+// first expert it receives, so its checksum check fails.
+struct MigrationFaults {
+  int corrupt_on_rank = -1;
+};
+
+// Collective over comm. current[l] / next[l]: placements of model layer l (entries for
+// dense layers are ignored; `moe_layers` lists the MoE layers). `layers` are this
+// rank's weights (experts it holds now are loaded); `store` owns received experts.
+// Errors: DataLoss for a size or checksum mismatch (on the receiving rank, and on the others naming how many
+// ranks failed), communication errors. On error nothing is changed.
+Status migrate_experts(Communicator& comm, const ModelConfig& config, const std::vector<int>& moe_layers,
+                       const std::vector<const ExpertPlacement*>& current, const std::vector<const ExpertPlacement*>& next,
+                       std::vector<LayerWeights>* layers, ExpertStore* store, MigrationStats* stats,
+                       const MigrationFaults& faults = {});
+
+}  // namespace moe

@@ -1,0 +1,140 @@
+// Expert placement under `mpirun ... moe generate --ep N`: permuted and replicated
+// static plans give the single-process tokens and logits; live rebalancing every step
+// gives the same text as never rebalancing; a corrupted migration keeps the old plan;
+// bad plan files get clear errors on every rank.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "contains_util.h"
+#include "safetensors_util.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+using testing::moe_binary;
+using testing::run_command;
+
+const char* kPrompt = "KING HENRY IV:\nSo shaken as we are, so wan with care,";
+
+std::string mpirun(int np) { return "timeout 300 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " "; }
+
+struct GenRun {
+  int exit_code = -1;
+  std::string output;
+  nlohmann::json json;
+  std::vector<float> logits;
+};
+
+GenRun generate(const std::string& prefix, const std::string& flags, int max_tokens = 24) {
+  static const std::string dir = testing::make_temp_dir("placement_mpirun");
+  static int counter = 0;
+  const std::string logits = dir + "/logits" + std::to_string(counter++) + ".f32";
+  auto r = run_command(prefix + moe_binary() + " generate --prompt " + testing::sh_quote(kPrompt) +
+                       " --temperature 0 --threads 1 --format json --max-tokens " + std::to_string(max_tokens) +
+                       " --logits-out " + logits + " " + flags);
+  GenRun out{r.exit_code, r.output, {}, {}};
+  std::istringstream lines(r.output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line[0] == '{') out.json = nlohmann::json::parse(line);
+  }
+  if (r.exit_code == 0) out.logits = testing::read_f32(logits);
+  return out;
+}
+
+void expect_same(const GenRun& a, const GenRun& b) {
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(a.json["output_token_ids"], b.json["output_token_ids"]);
+  ASSERT_EQ(a.logits.size(), b.logits.size());
+  const auto [mn, mx] = std::minmax_element(a.logits.begin(), a.logits.end());
+  double max_diff = 0;
+  for (size_t i = 0; i < a.logits.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(a.logits[i] - b.logits[i])));
+  EXPECT_LE(max_diff / (*mx - *mn), 1e-4);
+}
+
+// A plan for the tiny model (8 experts, MoE layers 0-3): rank_slots per layer.
+std::string write_plan(const std::string& name, const std::vector<std::vector<std::vector<int>>>& layers) {
+  static const std::string dir = testing::make_temp_dir("plans");
+  nlohmann::json j;
+  j["num_experts"] = 8;
+  for (size_t l = 0; l < layers.size(); ++l) j["layers"].push_back({{"layer", l}, {"rank_slots", layers[l]}});
+  const std::string path = dir + "/" + name;
+  testing::write_file(path, j.dump());
+  return path;
+}
+
+TEST(PlacementMpirun, PermutedAndReplicatedStaticPlansMatchOneProcess) {
+  const GenRun single = generate("", "");
+  // 2 ranks: experts permuted (odd ids on rank 0); 4 ranks: every layer different,
+  // with replicas of experts 0 and 5.
+  const std::string permuted2 = write_plan("p2.json", std::vector<std::vector<std::vector<int>>>(
+                                                          4, {{7, 1, 3, 5}, {0, 6, 2, 4}}));
+  const std::string replicated4 = write_plan(
+      "r4.json", {{{0, 5, 1}, {2, 3, 0}, {4, 5}, {6, 7, 0}},
+                  {{7, 6}, {5, 4, 0}, {3, 2, 0}, {1, 0, 5}},
+                  {{0, 1, 2, 3}, {4, 5, 6, 7}, {0, 5}, {0, 5}},
+                  {{3}, {0, 1, 2}, {4, 5, 6}, {7, 5, 0}}});
+  expect_same(single, generate(mpirun(2), "--ep 2 --placement " + permuted2));
+  expect_same(single, generate(mpirun(4), "--ep 4 --placement " + replicated4));
+  expect_same(single, generate(mpirun(4), "--ep 4 --ranks-per-node 2 --placement " + replicated4));
+  expect_same(single, generate(mpirun(4), "--ep 4 --ep-overlap --placement " + replicated4));
+}
+
+TEST(PlacementMpirun, RebalancingEveryStepKeepsTheText) {
+  const GenRun never = generate(mpirun(2), "--ep 2", 64);
+  for (int np : {2, 4}) {
+    SCOPED_TRACE("np " + std::to_string(np));
+    // Spare slots (3 per rank on 4 ranks, 6 on 2) so the planner also replicates.
+    const GenRun every = generate(mpirun(np), "--ep " + std::to_string(np) + " --rebalance-every 1 --slots-per-rank " +
+                                               std::to_string(np == 2 ? 6 : 3), 64);
+    ASSERT_EQ(every.exit_code, 0) << every.output;
+    EXPECT_EQ(every.json["output_token_ids"], never.json["output_token_ids"]);
+    EXPECT_EQ(every.json["text"], never.json["text"]);
+    EXPECT_CONTAINS(every.output, "[rebalancing: 63 plans applied, 0 failed");
+    EXPECT_EQ(every.output.find(" 0 experts moved"), std::string::npos) << every.output;
+  }
+}
+
+TEST(PlacementMpirun, FailedMigrationKeepsTheOldPlan) {
+  const GenRun never = generate(mpirun(2), "--ep 2", 16);
+  const GenRun corrupt = generate(mpirun(2), "--ep 2 --rebalance-every 1 --slots-per-rank 6 --test-corrupt-migration-rank 1", 16);
+  ASSERT_EQ(corrupt.exit_code, 0) << corrupt.output;
+  EXPECT_EQ(corrupt.json["output_token_ids"], never.json["output_token_ids"]);
+  EXPECT_CONTAINS(corrupt.output, "checksum mismatch");
+  EXPECT_CONTAINS(corrupt.output, "previous placement stays in force");
+  EXPECT_EQ(corrupt.output.find(" 0 failed"), std::string::npos) << corrupt.output;
+}
+
+TEST(PlacementMpirun, BadPlanFilesAreClearErrorsOnEveryRank) {
+  const std::string missing = write_plan("missing.json", std::vector<std::vector<std::vector<int>>>(4, {{0, 1, 2}, {4, 5, 6, 7}}));
+  auto r = generate(mpirun(2), "--ep 2 --placement " + missing);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "expert 3");
+  EXPECT_CONTAINS(r.output, "rank 1:");
+
+  const std::string unknown = write_plan("unknown.json", std::vector<std::vector<std::vector<int>>>(4, {{0, 1, 2, 3, 9}, {4, 5, 6, 7}}));
+  r = generate(mpirun(2), "--ep 2 --placement " + unknown);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "expert 9 does not exist");
+
+  const std::string three = write_plan("three.json", std::vector<std::vector<std::vector<int>>>(4, {{0, 1, 2}, {3, 4, 5}, {6, 7}}));
+  r = generate(mpirun(2), "--ep 2 --placement " + three);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "for 3 ranks, but 2 are running");
+
+  r = generate(mpirun(2), "--ep 2 --placement /nonexistent/plan.json");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "/nonexistent/plan.json");
+
+  r = generate("", "--placement " + three);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "mpirun");
+}
+
+}  // namespace
+}  // namespace moe
