@@ -56,6 +56,9 @@ struct EngineOptions {
   int rebalance_every = 0;
   int slots_per_rank = 0;  // expert slots per rank for rebalancing; 0 = ceil(experts / ranks)
   int replica_cap = 4;     // most replicas of one expert when rebalancing
+  // A new plan is adopted only if it lowers the predicted max rank load (summed over
+  // MoE layers, from the load EMA) by at least this fraction: moving experts costs time.
+  double rebalance_min_gain = 0.1;
   int test_corrupt_migration_rank = -1;  // tests only: this rank corrupts a received expert
 };
 
@@ -68,9 +71,9 @@ struct SamplingParams {
 
 struct GenerateRequest {
   std::string prompt;                  // tokenized with BOS per tokenizer_config
-  std::vector<int> prompt_token_ids;   // used instead of `prompt` when non-empty
+  std::vector<int> prompt_token_ids{}; // used instead of `prompt` when non-empty
   int max_tokens = 128;                // new tokens at most; generation also stops at EOS
-  SamplingParams sampling;
+  SamplingParams sampling{};
   bool return_prompt_logits = false;   // fill GenerateResult::prompt_logits
   bool ignore_eos = false;             // keep generating past EOS (benchmarks)
 };
@@ -131,6 +134,7 @@ class Engine {
     // Live rebalancing: plans switched to, failed migrations, experts moved (all
     // ranks), seconds spent planning and migrating.
     int64_t rebalances = 0, rebalance_failures = 0, experts_moved = 0;
+    int64_t rebalances_skipped = 0;  // plans not worth their migration (min gain)
     double rebalance_seconds = 0;
   };
   EpStats ep_stats() const;

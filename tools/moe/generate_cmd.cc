@@ -39,6 +39,7 @@ struct GenerateFlags {
   int rebalance_every = 0;
   int slots_per_rank = 0;
   int replica_cap = 4;
+  double rebalance_min_gain = 0.1;
   int test_corrupt_migration_rank = -1;
 };
 
@@ -68,6 +69,9 @@ int run_generate(const GenerateFlags& f) {
   if (f.rebalance_every < 0) return fail("--rebalance-every must be >= 0 (got " + std::to_string(f.rebalance_every) + ")");
   if (f.slots_per_rank < 0) return fail("--slots-per-rank must be >= 0 (got " + std::to_string(f.slots_per_rank) + ")");
   if (f.replica_cap < 1) return fail("--replica-cap must be >= 1 (got " + std::to_string(f.replica_cap) + ")");
+  if (!(f.rebalance_min_gain >= 0 && f.rebalance_min_gain < 1)) {
+    return fail("--rebalance-min-gain must be in [0, 1) (got " + std::to_string(f.rebalance_min_gain) + ")");
+  }
   if ((!f.placement.empty() || f.rebalance_every > 0) && !launched_under_mpi()) {
     return fail(std::string(f.placement.empty() ? "--rebalance-every" : "--placement") +
                 " places experts on EP ranks: run under mpirun with --ep N");
@@ -106,6 +110,7 @@ int run_generate(const GenerateFlags& f) {
   options.rebalance_every = f.rebalance_every;
   options.slots_per_rank = f.slots_per_rank;
   options.replica_cap = f.replica_cap;
+  options.rebalance_min_gain = f.rebalance_min_gain;
   options.test_corrupt_migration_rank = f.test_corrupt_migration_rank;
   auto engine = Engine::open(options);
   if (!engine.ok()) {
@@ -154,9 +159,11 @@ int run_generate(const GenerateFlags& f) {
   const GenerateResult& r = result.value();
   if (f.rebalance_every > 0) {
     const Engine::EpStats ep = engine.value()->ep_stats();
-    std::fprintf(stderr, "[rebalancing: %lld plans applied, %lld failed, %lld experts moved, %.1f ms]\n",
+    std::fprintf(stderr, "[rebalancing: %lld plans applied, %lld failed, %lld not worth moving, %lld experts moved, "
+                 "%.1f ms]\n",
                  static_cast<long long>(ep.rebalances), static_cast<long long>(ep.rebalance_failures),
-                 static_cast<long long>(ep.experts_moved), ep.rebalance_seconds * 1e3);
+                 static_cast<long long>(ep.rebalances_skipped), static_cast<long long>(ep.experts_moved),
+                 ep.rebalance_seconds * 1e3);
   }
   if (!f.stats_out.empty()) {
     Status st = engine.value()->expert_load_stats().write_json_file(f.stats_out);
@@ -247,6 +254,9 @@ RunFn add_generate_command(CLI::App& app) {
                  "0 = ceil(experts / ranks)")
       ->capture_default_str();
   app.add_option("--replica-cap", f->replica_cap, "Most replicas of one expert when rebalancing")->capture_default_str();
+  app.add_option("--rebalance-min-gain", f->rebalance_min_gain,
+                 "Adopt a new plan only if it lowers the predicted max rank load by this fraction")
+      ->capture_default_str();
   app.add_option("--test-corrupt-migration-rank", f->test_corrupt_migration_rank,
                  "(tests) this rank corrupts a received expert, so the migration must fail safely")
       ->group("");

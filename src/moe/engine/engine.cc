@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -41,6 +42,7 @@ struct Engine::Impl {
   std::unique_ptr<ExpertLoadStats> load_stats;
   // Live rebalancing.
   int rebalance_every = 0, slots_per_rank = 0, replica_cap = 4;
+  double rebalance_min_gain = 0.1;
   MigrationFaults faults;
   ExpertStore expert_store;
   int64_t decode_steps = 0;
@@ -242,6 +244,36 @@ Status agree_on_startup(Communicator& comm, const Status& local, uint64_t finger
   return ok_status();
 }
 
+// Relabels a planned layer's rank sets so that as many experts as possible stay where
+// they are (fewer bytes to move): rank sets are symmetric among the ranks of one node,
+// so each set goes greedily to the rank of its node that already holds most of it.
+void keep_experts_in_place(const ExpertPlacement& current, const std::vector<int>& rank_node,
+                           std::vector<std::vector<int>>* rank_slots) {
+  const int R = static_cast<int>(rank_slots->size());
+  std::vector<std::vector<int>> out(static_cast<size_t>(R));
+  std::vector<bool> set_used(static_cast<size_t>(R), false), rank_used(static_cast<size_t>(R), false);
+  for (int round = 0; round < R; ++round) {
+    int best_set = -1, best_rank = -1, best_overlap = -1;
+    for (int s = 0; s < R; ++s) {
+      if (set_used[static_cast<size_t>(s)]) continue;
+      for (int r = 0; r < R; ++r) {
+        if (rank_used[static_cast<size_t>(r)] || rank_node[static_cast<size_t>(r)] != rank_node[static_cast<size_t>(s)]) continue;
+        int overlap = 0;
+        for (int e : (*rank_slots)[static_cast<size_t>(s)]) overlap += current.holds(r, e);
+        if (overlap > best_overlap) {
+          best_overlap = overlap;
+          best_set = s;
+          best_rank = r;
+        }
+      }
+    }
+    set_used[static_cast<size_t>(best_set)] = true;
+    rank_used[static_cast<size_t>(best_rank)] = true;
+    out[static_cast<size_t>(best_rank)] = std::move((*rank_slots)[static_cast<size_t>(best_set)]);
+  }
+  *rank_slots = std::move(out);
+}
+
 // Live rebalancing, collective over the EP group: rank 0 plans a placement from the
 // load statistics (per-step EMA of each MoE layer) and broadcasts it; the experts move
 // (expert_migration.h); on success every rank switches to it before the next step.
@@ -269,11 +301,33 @@ Status rebalance(Engine::Impl* impl) {
     in.slots_per_rank = impl->slots_per_rank > 0 ? impl->slots_per_rank : (E + R - 1) / R;
     in.replica_cap = impl->replica_cap;
     auto plan = plan_placement(in);
+    // Hysteresis: moving experts costs real time, so a plan is adopted only when it
+    // lowers the summed max rank load (the step-time proxy) by min_gain or more.
+    double now_max = 0, new_max = 0;
+    if (plan.ok()) {
+      for (size_t i = 0; i < plan->layers.size(); ++i) {
+        LayerPlan current;
+        const ExpertPlacement& cur = impl->ep[static_cast<size_t>(in.layer_ids[i])].placement;
+        for (int r = 0; r < R; ++r) current.rank_slots.push_back(cur.experts_on(r));
+        current.replica_count = count_replicas(current, E);
+        const auto cur_loads = rank_loads(current, in.load[i], R);
+        const auto new_loads = rank_loads(plan->layers[i], in.load[i], R);
+        now_max += *std::max_element(cur_loads.begin(), cur_loads.end());
+        new_max += *std::max_element(new_loads.begin(), new_loads.end());
+      }
+    }
     if (!plan.ok()) {
       MOE_LOG_ERROR("rebalancing: planner failed, placement unchanged: {}", plan.status().message());
       flat = {-1};
+    } else if (!(new_max < now_max * (1.0 - impl->rebalance_min_gain))) {
+      MOE_LOG_DEBUG("rebalancing: predicted max rank load {:.2f} -> {:.2f}, below the gain threshold: kept", now_max,
+                    new_max);
+      flat = {-2};
     } else {
-      for (const LayerPlan& lp : plan->layers) {
+      std::vector<int> rank_node(static_cast<size_t>(R));
+      for (int r = 0; r < R; ++r) rank_node[static_cast<size_t>(r)] = in.num_nodes > 1 ? comm.node_of(r) : 0;
+      for (LayerPlan& lp : plan->layers) {
+        keep_experts_in_place(impl->ep[static_cast<size_t>(lp.layer)].placement, rank_node, &lp.rank_slots);
         for (const auto& slots : lp.rank_slots) {
           flat.push_back(static_cast<int64_t>(slots.size()));
           flat.insert(flat.end(), slots.begin(), slots.end());
@@ -286,6 +340,10 @@ Status rebalance(Engine::Impl* impl) {
   flat.resize(static_cast<size_t>(size));
   MOE_RETURN_IF_ERROR(comm.broadcast(flat.data(), flat.size() * sizeof(int64_t), 0));
   if (size == 1 && flat[0] == -1) return failed_precondition("rebalancing: the planner failed on rank 0");
+  if (size == 1 && flat[0] == -2) {
+    ++impl->rebalance_stats.rebalances_skipped;
+    return ok_status();
+  }
 
   std::vector<ExpertPlacement> next_store(static_cast<size_t>(c.num_hidden_layers));
   std::vector<const ExpertPlacement*> current(static_cast<size_t>(c.num_hidden_layers), nullptr), next = current;
@@ -345,6 +403,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   impl->rebalance_every = options.rebalance_every;
   impl->slots_per_rank = options.slots_per_rank;
   impl->replica_cap = options.replica_cap;
+  impl->rebalance_min_gain = options.rebalance_min_gain;
   impl->faults.corrupt_on_rank = options.test_corrupt_migration_rank;
   ExpertLoadStats* stats = impl->load_stats.get();
   impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {
