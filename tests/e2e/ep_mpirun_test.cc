@@ -51,7 +51,7 @@ GenRun run(const std::string& prefix, const std::string& extra, const std::strin
 struct Case {
   int np;
   std::string flags;        // EP-only flags
-  std::string model_flags;  // given to the single-process run too (capacity policy)
+  std::string model_flags{};  // given to the single-process run too (capacity policy)
 };
 
 class EpMpirunTest : public ::testing::TestWithParam<Case> {};

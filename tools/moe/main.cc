@@ -37,7 +37,7 @@ std::string default_model_dir() {
 }  // namespace moe::cli
 
 int main(int argc, char** argv) {
-  CLI::App app{"moe: Mixture-of-Experts inference engine (generate, bench)"};
+  CLI::App app{"moe: Mixture-of-Experts inference engine (generate, stats, placement, bench)"};
   app.require_subcommand(1);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
