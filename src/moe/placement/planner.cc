@@ -148,9 +148,11 @@ class Packer {
 // `total_slots` replicas exist, the expert with the largest load per replica (lowest id on
 // ties) under `cap` gets one more. Experts without load get none. Returns counts indexed
 // by global expert id (0 for experts outside `experts`).
-std::vector<int> replicate(const std::vector<double>& w, const std::vector<int>& experts, int64_t total_slots,
-                           int cap) {
-  std::vector<int> r(w.size(), 0);
+// Adds replicas one at a time to the expert of `experts` with the largest load per
+// replica (ties: lower id) while slots remain (*used < total_slots), its count is below
+// cap and its load is positive. r: replica counts by global expert id, each >= 1.
+void add_replicas_by_load(const std::vector<double>& w, const std::vector<int>& experts, int64_t total_slots, int cap,
+                          std::vector<int>* r, int64_t* used) {
   struct Entry {
     double per_replica;
     int e;
@@ -161,19 +163,26 @@ std::vector<int> replicate(const std::vector<double>& w, const std::vector<int>&
   };
   std::priority_queue<Entry> heap;
   for (int e : experts) {
-    r[static_cast<size_t>(e)] = 1;
-    if (cap > 1) heap.push({w[static_cast<size_t>(e)], e});
+    const int c = (*r)[static_cast<size_t>(e)];
+    if (c < cap) heap.push({w[static_cast<size_t>(e)] / c, e});
   }
-  int64_t used = static_cast<int64_t>(experts.size());
-  while (used < total_slots && !heap.empty()) {
+  while (*used < total_slots && !heap.empty()) {
     const Entry top = heap.top();
     heap.pop();
     if (!(top.per_replica > 0)) break;
-    int& c = r[static_cast<size_t>(top.e)];
+    int& c = (*r)[static_cast<size_t>(top.e)];
     ++c;
-    ++used;
+    ++*used;
     if (c < cap) heap.push({w[static_cast<size_t>(top.e)] / c, top.e});
   }
+}
+
+std::vector<int> replicate(const std::vector<double>& w, const std::vector<int>& experts, int64_t total_slots,
+                           int cap) {
+  std::vector<int> r(w.size(), 0);
+  for (int e : experts) r[static_cast<size_t>(e)] = 1;
+  int64_t used = static_cast<int64_t>(experts.size());
+  add_replicas_by_load(w, experts, total_slots, cap, &r, &used);
   return r;
 }
 
@@ -464,27 +473,7 @@ std::vector<int> replicate_for_coverage(const std::vector<double>& w, const std:
   }
   if (!fill) return r;
   // The rest: largest load per replica first, as replicate() does.
-  struct Entry {
-    double per_replica;
-    int e;
-    bool operator<(const Entry& o) const {
-      if (per_replica != o.per_replica) return per_replica < o.per_replica;
-      return e > o.e;
-    }
-  };
-  std::priority_queue<Entry> heap;
-  for (int e : experts) {
-    if (r[static_cast<size_t>(e)] < cap) heap.push({w[static_cast<size_t>(e)] / r[static_cast<size_t>(e)], e});
-  }
-  while (used < total_slots && !heap.empty()) {
-    const Entry top = heap.top();
-    heap.pop();
-    if (!(top.per_replica > 0)) break;
-    int& c = r[static_cast<size_t>(top.e)];
-    ++c;
-    ++used;
-    if (c < cap) heap.push({w[static_cast<size_t>(top.e)] / c, top.e});
-  }
+  add_replicas_by_load(w, experts, total_slots, cap, &r, &used);
   return r;
 }
 
