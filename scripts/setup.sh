@@ -12,6 +12,8 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin  # MPI backend of the communicator (src/moe/comm/)
+  libcpp-httplib-dev          # HTTP server/client of `moe serve` and `moe bench serve`
+  curl                        # serving tests
 )
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
