@@ -60,6 +60,13 @@ struct EngineOptions {
   // MoE layers, from the load EMA) by at least this fraction: moving experts costs time.
   double rebalance_min_gain = 0.1;
   int test_corrupt_migration_rank = -1;  // tests only: this rank corrupts a received expert
+  // Batch-invariant kernels: every token's logits are bitwise the same whatever other
+  // tokens share its forward pass (prompt chunking, batch size, other requests). Linear
+  // layers then use the GEMV kernel for any token count instead of sgemm for prefill,
+  // and attention one query at a time. Process-wide (kernel selection is global).
+  // `moe serve` turns it on by default; with it `moe generate` gives bitwise the tokens
+  // and logits a served request gets.
+  bool batch_invariant = false;
 };
 
 struct SamplingParams {
