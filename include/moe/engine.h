@@ -157,9 +157,10 @@ class Engine {
   std::vector<int> tokenize(const std::string& text) const;
   std::string detokenize(const std::vector<int>& ids) const;
 
-  struct Impl;  // implementation detail (src/moe/engine/engine.cc)
+  struct Impl;  // implementation detail (src/moe/engine/engine_impl.h)
 
  private:
+  friend class Scheduler;  // batched steps (src/moe/engine/scheduler.h)
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -5,6 +5,7 @@
 #include "moe/ops/attention.h"
 #include "moe/ops/linear.h"
 #include "moe/ops/norm.h"
+#include "moe/ops/paged_attention.h"
 
 namespace moe {
 namespace {
@@ -50,6 +51,58 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     }
     return ok_status();
   }
+  MOE_RETURN_IF_ERROR(forward_rows(tokens, m, {Rows{0, m, start_pos, nullptr}}, cache, nullptr));
+  if (logits != nullptr) {
+    const int64_t hidden = config_.hidden_size;
+    rms_norm(x_.data() + (m - 1) * hidden, weights_.final_norm.data(), 1, hidden,
+             static_cast<float>(config_.rms_norm_eps), h_.data());
+    linear(h_.data(), 1, weights_.lm_head, logits);
+  }
+  return ok_status();
+}
+
+Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache) {
+  rows_.clear();
+  batch_tokens_.clear();
+  int64_t m = 0, num_logits = 0;
+  for (const BatchSegment& s : segments) {
+    if (s.n <= 0) continue;
+    rows_.push_back(Rows{m, s.n, s.start_pos, s.block_table});
+    batch_tokens_.insert(batch_tokens_.end(), s.tokens, s.tokens + s.n);
+    m += s.n;
+    num_logits += s.logits != nullptr;
+  }
+  if (chunk_hook_) MOE_RETURN_IF_ERROR(chunk_hook_(m));
+  if (m == 0) return forward_chunk(nullptr, 0, 0, nullptr, nullptr);
+  MOE_RETURN_IF_ERROR(forward_rows(batch_tokens_.data(), m, rows_, nullptr, cache));
+  // The final norm + lm_head over the segments' last rows, as one [S, hidden] call.
+  const int64_t hidden = config_.hidden_size, vocab = config_.vocab_size;
+  if (num_logits == 0) return ok_status();
+  if (last_.size() < static_cast<size_t>(num_logits * hidden)) last_.resize(static_cast<size_t>(num_logits * hidden));
+  if (batch_logits_.size() < static_cast<size_t>(num_logits * vocab)) {
+    batch_logits_.resize(static_cast<size_t>(num_logits * vocab));
+  }
+  int64_t i = 0, row = 0;
+  for (const BatchSegment& s : segments) {
+    if (s.n <= 0) continue;
+    row += s.n;
+    if (s.logits == nullptr) continue;
+    rms_norm(x_.data() + (row - 1) * hidden, weights_.final_norm.data(), 1, hidden,
+             static_cast<float>(config_.rms_norm_eps), last_.data() + i * hidden);
+    ++i;
+  }
+  linear(last_.data(), num_logits, weights_.lm_head, batch_logits_.data());
+  i = 0;
+  for (const BatchSegment& s : segments) {
+    if (s.n <= 0 || s.logits == nullptr) continue;
+    std::copy_n(batch_logits_.data() + i * vocab, vocab, s.logits);
+    ++i;
+  }
+  return ok_status();
+}
+
+Status Decoder::forward_rows(const int* tokens, int64_t m, const std::vector<Rows>& segs, KVCache* cache,
+                             PagedKVCache* paged) {
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
@@ -71,7 +124,11 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     convert_to_f32(weights_.embed_tokens.row(tokens[t]), weights_.embed_tokens.dtype, x + t * hidden,
                    static_cast<size_t>(hidden));
   }
-  AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, cache->capacity()};
+  AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, cache ? cache->capacity() : 0};
+  paged_seqs_.clear();
+  for (const Rows& r : segs) {
+    paged_seqs_.push_back(PagedAttentionSeq{q + r.row0 * q_dim, attn + r.row0 * q_dim, r.n, r.start_pos, r.block_table});
+  }
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     rms_norm(x, L.input_norm.data(), m, hidden, eps, h);
@@ -86,10 +143,21 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
       rms_norm(q, L.q_norm.data(), m * c.num_attention_heads, c.head_dim, eps, q);
       rms_norm(k, L.k_norm.data(), m * c.num_key_value_heads, c.head_dim, eps, k);
     }
-    rope_.apply(q, m, q_dim, c.num_attention_heads, start_pos);
-    rope_.apply(k, m, kv_dim, c.num_key_value_heads, start_pos);
-    cache->write(l, start_pos, m, k, v);
-    causal_attention(q, m, start_pos, cache->k(l), cache->v(l), shape, attn);
+    for (const Rows& r : segs) {
+      rope_.apply(q + r.row0 * q_dim, r.n, q_dim, c.num_attention_heads, r.start_pos);
+      rope_.apply(k + r.row0 * kv_dim, r.n, kv_dim, c.num_key_value_heads, r.start_pos);
+    }
+    if (paged != nullptr) {
+      for (const Rows& r : segs) {
+        paged->write(l, r.block_table, r.start_pos, r.n, k + r.row0 * kv_dim, v + r.row0 * kv_dim);
+      }
+      paged_causal_attention(paged_seqs_.data(), paged_seqs_.size(), paged->k_layer(l), paged->v_layer(l),
+                             paged->block_size(), shape);
+    } else {
+      const int64_t start_pos = segs.front().start_pos;
+      cache->write(l, start_pos, m, k, v);
+      causal_attention(q, m, start_pos, cache->k(l), cache->v(l), shape, attn);
+    }
     linear(attn, m, L.o_proj, h);
     for (int64_t i = 0; i < m * hidden; ++i) x[i] += h[i];
 
@@ -105,11 +173,6 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     }
     if (c.is_moe_layer(l)) add_shared_expert(L, h, m, &mlp_ws_, mo);
     for (int64_t i = 0; i < m * hidden; ++i) x[i] += mo[i];
-  }
-  if (logits != nullptr) {
-    const float* last = x + (m - 1) * hidden;
-    rms_norm(last, weights_.final_norm.data(), 1, hidden, eps, h);
-    linear(h, 1, weights_.lm_head, logits);
   }
   return ok_status();
 }

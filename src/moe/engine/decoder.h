@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "moe/engine/kv_cache.h"
+#include "moe/engine/paged_kv_cache.h"
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
 #include "moe/moe/ep_moe_layer.h"
 #include "moe/moe/moe_layer.h"
 #include "moe/moe/swiglu_mlp.h"
+#include "moe/ops/paged_attention.h"
 #include "moe/ops/rope.h"
 
 namespace moe {
@@ -37,6 +39,22 @@ class Decoder {
   // One chunk of at most kMaxChunk tokens; m == 0 only joins the MoE exchanges.
   Status forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits);
 
+  // One step of continuous batching: several sequences' tokens in one forward pass
+  // (linear layers and the MoE layer over all of them, attention per sequence over the
+  // paged cache). Segment i's tokens sit at positions [start_pos, start_pos + n) of its
+  // sequence; its block table must cover [0, start_pos + n). Logits of a segment's last
+  // token go to its `logits` [vocab] unless that is null. Calls the chunk hook once
+  // with the total token count (under EP: one exchange per MoE layer). Errors:
+  // communication.
+  struct BatchSegment {
+    const int* tokens = nullptr;
+    int64_t n = 0;
+    int64_t start_pos = 0;
+    const int32_t* block_table = nullptr;
+    float* logits = nullptr;
+  };
+  Status forward_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache);
+
   // Before each chunk (rank 0 under EP): called with the chunk's size.
   void set_chunk_hook(std::function<Status(int64_t m)> hook) { chunk_hook_ = std::move(hook); }
   // After each MoE layer of each chunk: the layer index and its global routing counts
@@ -50,6 +68,19 @@ class Decoder {
   static constexpr int64_t kMaxChunk = 512;
 
  private:
+  // The layers over m token rows made of segments (rows [row0, row0 + n) of a
+  // segment), with either the contiguous cache (one segment) or the paged one.
+  struct Rows {
+    int64_t row0, n, start_pos;
+    const int32_t* block_table;
+  };
+  Status forward_rows(const int* tokens, int64_t m, const std::vector<Rows>& segs, KVCache* cache,
+                      PagedKVCache* paged);
+  std::vector<Rows> rows_;
+  std::vector<float> last_;           // [segments, hidden] rows for the lm_head
+  std::vector<float> batch_logits_;   // [segments, vocab]
+  std::vector<int> batch_tokens_;
+  std::vector<PagedAttentionSeq> paged_seqs_;
   const ModelConfig& config_;
   const ModelWeights& weights_;
   RopeTable rope_;

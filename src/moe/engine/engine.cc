@@ -13,6 +13,7 @@
 #include "moe/core/logging.h"
 #include "moe/core/mapped_file.h"
 #include "moe/engine/decoder.h"
+#include "moe/engine/engine_impl.h"
 #include "moe/engine/kv_cache.h"
 #include "moe/engine/sampler.h"
 #include "moe/model/checkpoint.h"
@@ -22,40 +23,13 @@
 #include "moe/comm/communicator.h"
 #include "moe/engine/fingerprint.h"
 #include "moe/moe/capacity.h"
+#include "moe/ops/kernel_mode.h"
 #include "moe/placement/expert_migration.h"
 #include "moe/placement/placement_plan.h"
 #include "moe/placement/planner.h"
 #include "moe/stats/expert_load_stats.h"
 
 namespace moe {
-
-struct Engine::Impl {
-  ModelConfig config;
-  Checkpoint checkpoint;
-  ModelWeights weights;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Decoder> decoder;
-  ModelInfo info;
-  Communicator* comm = nullptr;
-  std::vector<EpContext> ep;  // [num_layers] per-layer expert placement (dense layers: unused)
-  CapacityOptions capacity;
-  std::unique_ptr<ExpertLoadStats> load_stats;
-  // Live rebalancing.
-  int rebalance_every = 0, slots_per_rank = 0, replica_cap = 4;
-  double rebalance_min_gain = 0.1;
-  MigrationFaults faults;
-  ExpertStore expert_store;
-  int64_t decode_steps = 0;
-  Engine::EpStats rebalance_stats;
-  bool workers_stopped = false;
-
-  ~Impl() {
-    if (comm != nullptr && comm->rank() == 0 && !workers_stopped) {
-      int64_t header[2] = {0, 0};
-      (void)comm->broadcast(header, sizeof(header), 0);
-    }
-  }
-};
 
 namespace {
 
@@ -124,13 +98,6 @@ ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWei
   return info;
 }
 
-// Bytes at the end of `s` that start an incomplete UTF-8 sequence or are U+FFFD from
-// a partial byte-fallback character: held back while streaming.
-size_t unstable_suffix(const std::string& s) {
-  static const std::string kReplacement = "\xEF\xBF\xBD";
-  if (s.size() >= 3 && s.compare(s.size() - 3, 3, kReplacement) == 0) return 3;
-  return 0;
-}
 
 }  // namespace
 
@@ -384,6 +351,7 @@ Status rebalance(Engine::Impl* impl) {
 
 StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  set_batch_invariant_kernels(options.batch_invariant);
   auto impl = std::make_unique<Impl>();
   impl->comm = options.comm;
   Status local = open_local(options, impl.get());
@@ -412,7 +380,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (impl->comm != nullptr && impl->comm->rank() == 0) {
     Communicator* comm = impl->comm;
     impl->decoder->set_chunk_hook([comm](int64_t m) {
-      int64_t header[2] = {1, m};
+      int64_t header[2] = {kEpHeaderStep, m};
       return comm->broadcast(header, sizeof(header), 0);
     });
   }
@@ -430,8 +398,9 @@ Status Engine::run_worker() {
   for (;;) {
     int64_t header[2] = {0, 0};
     MOE_RETURN_IF_ERROR(comm->broadcast(header, sizeof(header), 0));
-    if (header[0] == 0) return ok_status();
-    if (header[0] == 2) {
+    if (header[0] == kEpHeaderStop) return ok_status();
+    if (header[0] == kEpHeaderIdle) continue;
+    if (header[0] == kEpHeaderRebalance) {
       // A failed migration leaves the old plan in force on every rank; only a broken
       // communicator ends the loop.
       Status st = rebalance(impl_.get());
@@ -469,9 +438,7 @@ void Engine::set_num_threads(int n) { omp_set_num_threads(n > 0 ? n : 1); }
 std::vector<int> Engine::tokenize(const std::string& text) const { return impl_->tokenizer->encode(text); }
 std::string Engine::detokenize(const std::vector<int>& ids) const { return impl_->tokenizer->decode(ids); }
 
-StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const TokenCallback& on_token) {
-  const ModelConfig& c = impl_->config;
-  const SamplingParams& sp = req.sampling;
+Status validate_sampling(const SamplingParams& sp) {
   if (!(sp.temperature >= 0.0f) || !std::isfinite(sp.temperature)) {
     return invalid_argument("temperature must be a finite number >= 0 (got " + std::to_string(sp.temperature) + ")");
   }
@@ -479,23 +446,44 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
     return invalid_argument("top_p must be in (0, 1] (got " + std::to_string(sp.top_p) + ")");
   }
   if (sp.top_k < 0) return invalid_argument("top_k must be >= 0 (got " + std::to_string(sp.top_k) + ")");
+  return ok_status();
+}
+
+StatusOr<std::vector<int>> prompt_tokens(const Engine::Impl& impl, const std::string& prompt,
+                                         const std::vector<int>& ids) {
+  std::vector<int> tokens;
+  if (!ids.empty()) {
+    tokens = ids;
+  } else {
+    if (prompt.empty()) return invalid_argument("prompt is empty");
+    tokens = impl.tokenizer->encode(prompt);
+  }
+  const int vocab = impl.config.vocab_size;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab) {
+      return invalid_argument("prompt token id " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
+                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  return tokens;
+}
+
+size_t unstable_suffix(const std::string& s) {
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  if (s.size() >= 3 && s.compare(s.size() - 3, 3, kReplacement) == 0) return 3;
+  return 0;
+}
+
+StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const TokenCallback& on_token) {
+  const ModelConfig& c = impl_->config;
+  const SamplingParams& sp = req.sampling;
+  MOE_RETURN_IF_ERROR(validate_sampling(sp));
   if (req.max_tokens < 0) {
     return invalid_argument("max_tokens must be >= 0 (got " + std::to_string(req.max_tokens) + ")");
   }
   GenerateResult result;
-  if (!req.prompt_token_ids.empty()) {
-    result.prompt_token_ids = req.prompt_token_ids;
-  } else {
-    if (req.prompt.empty()) return invalid_argument("prompt is empty");
-    result.prompt_token_ids = impl_->tokenizer->encode(req.prompt);
-  }
+  MOE_ASSIGN_OR_RETURN(result.prompt_token_ids, prompt_tokens(*impl_, req.prompt, req.prompt_token_ids));
   const auto& prompt = result.prompt_token_ids;
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= c.vocab_size) {
-      return invalid_argument("prompt token id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
-                              " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
-    }
-  }
   const int64_t context = c.max_position_embeddings;
   const int64_t needed = static_cast<int64_t>(prompt.size()) + req.max_tokens;
   if (needed > context) {
@@ -548,7 +536,7 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
     MOE_RETURN_IF_ERROR(impl_->decoder->forward(&token, 1, pos, &cache, logits.data()));
     ++pos;
     if (impl_->rebalance_every > 0 && impl_->comm != nullptr && ++impl_->decode_steps % impl_->rebalance_every == 0) {
-      int64_t header[2] = {2, 0};
+      int64_t header[2] = {kEpHeaderRebalance, 0};
       MOE_RETURN_IF_ERROR(impl_->comm->broadcast(header, sizeof(header), 0));
       Status st = rebalance(impl_.get());
       if (!st.ok() && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) return st;

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "moe/ops/activation.h"
+#include "moe/ops/attend_query.h"
+#include "moe/ops/kernel_mode.h"
 #include "moe/ops/blas_threads.h"
 
 namespace moe {
@@ -17,43 +19,12 @@ namespace {
 
 constexpr int64_t kQueryBlock = 128;  // queries per sgemm block (bounds scratch memory)
 
-inline float hsum8(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
-
-// One query row against one KV head (decode path), AVX2 when head_dim % 8 == 0.
+// One query row against one KV head (decode path).
 void attend_one(const float* q, int64_t ctx, const float* k, const float* v, int hd, float scale,
                 float* scores, float* out) {
-  const bool vec = hd % 8 == 0;
-  for (int64_t p = 0; p < ctx; ++p) {
-    const float* kp = k + p * hd;
-    float s = 0;
-    if (vec) {
-      __m256 acc = _mm256_setzero_ps();
-      for (int i = 0; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kp + i), acc);
-      s = hsum8(acc);
-    } else {
-      for (int i = 0; i < hd; ++i) s += q[i] * kp[i];
-    }
-    scores[p] = s * scale;
-  }
-  softmax(scores, ctx);
-  std::fill(out, out + hd, 0.0f);
-  for (int64_t p = 0; p < ctx; ++p) {
-    const float w = scores[p];
-    const float* vp = v + p * hd;
-    if (vec) {
-      const __m256 wv = _mm256_set1_ps(w);
-      for (int i = 0; i < hd; i += 8) {
-        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp + i), _mm256_loadu_ps(out + i)));
-      }
-    } else {
-      for (int i = 0; i < hd; ++i) out[i] += w * vp[i];
-    }
-  }
+  detail::attend_query(
+      q, ctx, [k, hd](int64_t p) { return k + p * hd; }, [v, hd](int64_t p) { return v + p * hd; }, hd, scale,
+      scores, out);
 }
 
 }  // namespace
@@ -84,7 +55,7 @@ void causal_attention(const float* q, int64_t m, int64_t start_pos, const float*
       const int64_t t0 = qb * kQueryBlock;
       const int64_t nq = std::min(kQueryBlock, m - t0);
       const int64_t ctx = start_pos + t0 + nq;  // keys visible to the block's last query
-      if (nq <= 2) {
+      if (nq <= 2 || batch_invariant_kernels()) {
         scores.resize(static_cast<size_t>(ctx));
         for (int64_t t = t0; t < t0 + nq; ++t) {
           attend_one(q + t * row + h * hd, start_pos + t + 1, k, v, hd, scale, scores.data(),

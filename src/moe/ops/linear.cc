@@ -9,6 +9,7 @@
 
 #include "moe/core/check.h"
 #include "moe/ops/blas_threads.h"
+#include "moe/ops/kernel_mode.h"
 
 namespace moe {
 namespace {
@@ -126,6 +127,32 @@ void gemv_range(const float* x, int64_t m, const Weight2D& w, float* y, int64_t 
   }
 }
 
+// Batch-invariant GEMV (kernel_mode.h): any m, in groups of at most 4 tokens, always two
+// accumulators per row (U = 2, as the m = 1 decode kernel), so a token's result does not
+// depend on m or on its group. R only changes how many weight rows share a pass.
+template <DType D>
+void gemv_invariant(const float* x, int64_t m, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
+  const int64_t k = w.cols, n = w.rows;
+  for (int64_t t0 = 0; t0 < m; t0 += 4) {
+    const float* xt = x + t0 * k;
+    float* yt = y + t0 * n;
+    switch (std::min<int64_t>(4, m - t0)) {
+      case 1: gemv_rows<D, 1, 4, 2>(xt, w, yt, r0, r1); break;
+      case 2: gemv_rows<D, 2, 2, 2>(xt, w, yt, r0, r1); break;
+      case 3: gemv_rows<D, 3, 1, 2>(xt, w, yt, r0, r1); break;
+      default: gemv_rows<D, 4, 1, 2>(xt, w, yt, r0, r1); break;
+    }
+  }
+}
+
+void gemv_invariant_range(const float* x, int64_t m, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
+  switch (w.dtype) {
+    case DType::kF32: gemv_invariant<DType::kF32>(x, m, w, y, r0, r1); break;
+    case DType::kBF16: gemv_invariant<DType::kBF16>(x, m, w, y, r0, r1); break;
+    case DType::kF16: gemv_invariant<DType::kF16>(x, m, w, y, r0, r1); break;
+  }
+}
+
 // Below this many weight bytes (summed over a call's jobs) the work is done by one
 // thread: the fork/join costs more than it saves.
 constexpr size_t kParallelMinBytes = 48 * 1024;
@@ -135,7 +162,7 @@ constexpr int64_t kGemvBlockRows = 64;
 // that OpenBLAS's packing of x is amortised, small enough to stay in L3.
 constexpr int64_t kGemmBlockBytes = 1 << 20;
 
-bool use_gemv(int64_t m) { return m <= kGemvMaxTokens; }
+bool use_gemv(int64_t m) { return m <= kGemvMaxTokens || batch_invariant_kernels(); }
 
 int64_t block_rows(const LinearJob& job) {
   if (use_gemv(job.m)) return kGemvBlockRows;
@@ -147,7 +174,11 @@ int64_t block_rows(const LinearJob& job) {
 void run_item(const LinearJob& job, int64_t r0, int64_t r1, bool force_gemm, std::vector<float>* scratch) {
   const Weight2D& w = *job.w;
   if (!force_gemm && use_gemv(job.m)) {
-    gemv_range(job.x, job.m, w, job.y, r0, r1);
+    if (batch_invariant_kernels()) {
+      gemv_invariant_range(job.x, job.m, w, job.y, r0, r1);
+    } else {
+      gemv_range(job.x, job.m, w, job.y, r0, r1);
+    }
     return;
   }
   const int64_t k = w.cols, rows = r1 - r0;
@@ -177,7 +208,7 @@ void linear_many_impl(const LinearJob* jobs, size_t num_jobs, bool force_gemm) {
   for (size_t j = 0; j < num_jobs; ++j) {
     const LinearJob& job = jobs[j];
     if (job.m <= 0) continue;
-    MOE_CHECK(force_gemm || !use_gemv(job.m) || job.m <= kGemvMaxTokens);
+    MOE_CHECK(force_gemm || !use_gemv(job.m) || job.m <= kGemvMaxTokens || batch_invariant_kernels());
     total_bytes += job.w->bytes();
     max_m = std::max(max_m, job.m);
     const int64_t block = force_gemm ? std::max<int64_t>(16, kGemmBlockBytes / (4 * job.w->cols) / 16 * 16)

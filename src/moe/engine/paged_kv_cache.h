@@ -1,0 +1,56 @@
+// KV cache as a pool of fixed-size blocks shared by all running sequences (PagedAttention,
+// Kwon et al. SOSP'23): a sequence owns a block table (block ids in position order) and
+// position p lives in block table[p / block_size] at offset p % block_size.
+//
+// Layout per layer and block: K and V as [num_kv_heads, block_size, head_dim] f32.
+// BlockAllocator hands out block ids; neither class is thread-safe (the scheduler's
+// thread owns both).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace moe {
+
+class PagedKVCache {
+ public:
+  PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int block_size, int64_t num_blocks);
+
+  int block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  // Start of layer `layer`'s K (V) pool: block b, KV head h, offset o at
+  // ((b * num_kv_heads + h) * block_size + o) * head_dim.
+  const float* k_layer(int layer) const { return k_.data() + static_cast<size_t>(layer) * layer_stride_; }
+  const float* v_layer(int layer) const { return v_.data() + static_cast<size_t>(layer) * layer_stride_; }
+
+  // Writes m tokens' keys/values, [m, num_kv_heads * head_dim] each, at positions
+  // [start_pos, start_pos + m) of the sequence whose blocks are `block_table` (which
+  // must cover those positions).
+  void write(int layer, const int32_t* block_table, int64_t start_pos, int64_t m, const float* keys,
+             const float* values);
+
+ private:
+  int num_kv_heads_, head_dim_, block_size_;
+  int64_t num_blocks_;
+  size_t layer_stride_;
+  std::vector<float> k_, v_;
+};
+
+// Free list of block ids [0, num_blocks).
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int64_t num_blocks);
+  // Appends `count` free ids to `out`; false (and nothing taken) if fewer are free.
+  bool allocate(int64_t count, std::vector<int32_t>* out);
+  void release(const std::vector<int32_t>& blocks);
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t total_blocks() const { return total_; }
+
+ private:
+  int64_t total_;
+  std::vector<int32_t> free_;
+};
+
+}  // namespace moe

@@ -1,0 +1,438 @@
+#include "moe/engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <unordered_set>
+
+#include "moe/core/clock.h"
+#include "moe/core/logging.h"
+#include "moe/engine/engine_impl.h"
+#include "moe/engine/paged_kv_cache.h"
+#include "moe/engine/sampler.h"
+
+namespace moe {
+namespace {
+
+constexpr int kMaxStopStrings = 4;
+// Under EP, idle workers wait in a broadcast with the communicator's timeout (60 s by
+// default); rank 0 tells them it is idle this often.
+constexpr double kIdleHeartbeatSeconds = 5.0;
+// Default pool when kv_cache_tokens = 0: max_num_seqs * context, capped at this size.
+constexpr size_t kDefaultPoolMaxBytes = size_t{2} << 30;
+
+struct Seq {
+  uint64_t id = 0;
+  SeqRequest req;
+  SeqSink sink;
+  std::vector<int> tokens;  // prompt + output
+  int64_t prompt_len = 0;
+  int64_t cached = 0;       // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;
+  std::unique_ptr<Sampler> sampler;
+  std::string prompt_text;  // decode(prompt): continuations are cut from decode(all)
+  size_t emitted = 0;       // bytes of the continuation sent
+  size_t tokens_sent = 0;   // output tokens sent
+  std::vector<float> logits;
+};
+
+int64_t blocks_for(int64_t tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
+
+// Longest suffix of `text` (from `from`) that is a proper prefix of a stop string: held
+// back so that a stop string split over tokens is never half-sent.
+size_t stop_prefix_holdback(const std::string& text, size_t from, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& stop : stops) {
+    for (size_t len = std::min(stop.size() - 1, text.size() - from); len > hold; --len) {
+      if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+}  // namespace
+
+struct Scheduler::State {
+  Engine* engine = nullptr;
+  Engine::Impl* impl = nullptr;
+  SchedulerOptions options;
+  std::unique_ptr<PagedKVCache> kv;
+  std::unique_ptr<BlockAllocator> allocator;
+
+  // Shared with submitting threads, under mu.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Seq>> incoming;
+  std::unordered_set<uint64_t> cancelled;
+  uint64_t next_id = 1;
+  bool shutting_down = false;
+  double shutdown_deadline = 0;
+
+  // The scheduler thread's own.
+  std::deque<std::unique_ptr<Seq>> waiting;
+  std::vector<std::unique_ptr<Seq>> running;
+  double last_step_time = 0;
+
+  mutable std::mutex snap_mu;
+  ServiceSnapshot snap;
+
+  // Final event (text cut at `cut` bytes of the continuation, for stop strings), frees
+  // the blocks; the caller drops the sequence.
+  void finish(Seq& s, const std::string& reason, const std::string& error = {}, size_t cut = std::string::npos);
+  void emit(Seq& s, bool finished, const std::string& reason, size_t cut = std::string::npos);
+  Status step();
+  void publish();
+};
+
+Scheduler::Scheduler(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Scheduler::~Scheduler() = default;
+
+StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const SchedulerOptions& o) {
+  if (engine == nullptr) return invalid_argument("scheduler: no engine");
+  if (o.max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1 (got " + std::to_string(o.max_num_seqs) + ")");
+  if (o.max_num_batched_tokens < o.max_num_seqs) {
+    return invalid_argument("max_num_batched_tokens (" + std::to_string(o.max_num_batched_tokens) +
+                            ") must be >= max_num_seqs (" + std::to_string(o.max_num_seqs) +
+                            "): every running sequence decodes one token per step");
+  }
+  if (o.kv_block_size < 1 || o.kv_block_size > 4096) {
+    return invalid_argument("kv_block_size must be in [1, 4096] (got " + std::to_string(o.kv_block_size) + ")");
+  }
+  if (o.kv_cache_tokens < 0) {
+    return invalid_argument("kv_cache_tokens must be >= 0 (got " + std::to_string(o.kv_cache_tokens) + ")");
+  }
+  Engine::Impl* impl = engine->impl_.get();
+  if (impl->comm != nullptr && impl->comm->rank() != 0) {
+    return failed_precondition("under expert parallelism the scheduler runs on rank 0; other ranks call run_worker()");
+  }
+  const ModelConfig& c = impl->config;
+  const size_t bytes_per_token = static_cast<size_t>(c.num_hidden_layers) * 2 * c.num_key_value_heads * c.head_dim *
+                                 sizeof(float);
+  int64_t tokens = o.kv_cache_tokens;
+  if (tokens == 0) {
+    tokens = static_cast<int64_t>(o.max_num_seqs) * c.max_position_embeddings;
+    tokens = std::min<int64_t>(tokens, static_cast<int64_t>(kDefaultPoolMaxBytes / bytes_per_token));
+  }
+  const int64_t num_blocks = tokens / o.kv_block_size;
+  if (num_blocks < 1) {
+    return invalid_argument("kv_cache_tokens (" + std::to_string(tokens) + ") is smaller than one block of " +
+                            std::to_string(o.kv_block_size) + " tokens");
+  }
+  auto st = std::make_unique<State>();
+  st->engine = engine;
+  st->impl = impl;
+  st->options = o;
+  st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.kv_block_size,
+                                          num_blocks);
+  st->allocator = std::make_unique<BlockAllocator>(num_blocks);
+  st->snap.kv_blocks_total = num_blocks;
+  st->snap.kv_block_size = o.kv_block_size;
+  st->snap.moe_layers = impl->load_stats->layer_ids();
+  st->snap.expert_tokens.assign(st->snap.moe_layers.size(),
+                                std::vector<int64_t>(static_cast<size_t>(c.router.num_experts), 0));
+  MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB), up to {} sequences, {} tokens per step",
+               num_blocks, o.kv_block_size, st->kv->bytes() / 1e6, o.max_num_seqs, o.max_num_batched_tokens);
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(st)));
+}
+
+StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
+  State& st = *state_;
+  const Engine::Impl& impl = *st.impl;
+  MOE_RETURN_IF_ERROR(validate_sampling(req.sampling));
+  if (req.max_tokens < 1) return invalid_argument("max_tokens must be >= 1 (got " + std::to_string(req.max_tokens) + ")");
+  if (req.stop.size() > static_cast<size_t>(kMaxStopStrings)) {
+    return invalid_argument("at most " + std::to_string(kMaxStopStrings) + " stop strings (got " +
+                            std::to_string(req.stop.size()) + ")");
+  }
+  for (const std::string& s : req.stop) {
+    if (s.empty()) return invalid_argument("stop strings must not be empty");
+  }
+  auto seq = std::make_unique<Seq>();
+  MOE_ASSIGN_OR_RETURN(seq->tokens, prompt_tokens(impl, req.prompt, req.prompt_token_ids));
+  seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
+  const int64_t context = impl.config.max_position_embeddings;
+  const int64_t needed = seq->prompt_len + req.max_tokens;
+  if (needed > context) {
+    return invalid_argument("this model's maximum context length is " + std::to_string(context) +
+                            " tokens, but " + std::to_string(needed) + " were requested (" +
+                            std::to_string(seq->prompt_len) + " in the prompt, " + std::to_string(req.max_tokens) +
+                            " for the completion)");
+  }
+  const int64_t blocks = blocks_for(needed, st.options.kv_block_size);
+  if (blocks > st.allocator->total_blocks()) {
+    return invalid_argument("the request needs " + std::to_string(needed) + " tokens of KV cache, more than the " +
+                            std::to_string(st.allocator->total_blocks() * st.options.kv_block_size) +
+                            " the server has in all: it can never fit");
+  }
+  seq->prompt_text = impl.tokenizer->decode(seq->tokens);
+  const uint64_t seed = req.sampling.seed ? *req.sampling.seed : std::random_device{}();
+  seq->sampler = std::make_unique<Sampler>(req.sampling.temperature, req.sampling.top_k, req.sampling.top_p, seed);
+  seq->req = std::move(req);
+  seq->sink = std::move(sink);
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (st.shutting_down) return Status(StatusCode::kUnavailable, "the server is shutting down");
+    id = st.next_id++;
+    seq->id = id;
+    st.incoming.push_back(std::move(seq));
+  }
+  st.cv.notify_one();
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->cancelled.insert(id);
+  }
+  state_->cv.notify_one();
+}
+
+void Scheduler::shutdown(double grace_seconds) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->shutting_down) {
+      state_->shutting_down = true;
+      state_->shutdown_deadline = now_seconds() + std::max(0.0, grace_seconds);
+    }
+  }
+  state_->cv.notify_one();
+}
+
+ServiceSnapshot Scheduler::snapshot() const {
+  std::lock_guard<std::mutex> lock(state_->snap_mu);
+  return state_->snap;
+}
+
+const ModelInfo& Scheduler::model_info() const { return state_->engine->info(); }
+
+int Scheduler::count_tokens(const std::string& text) const {
+  return static_cast<int>(state_->impl->tokenizer->encode(text).size());
+}
+
+// Sends what the sequence has produced since the last event. The continuation is
+// decode(prompt + output) minus decode(prompt) (so a first word keeps its leading space,
+// as vLLM's incremental detokenizer does); while running, a trailing partial UTF-8
+// character and a possible start of a stop string are held back.
+void Scheduler::State::emit(Seq& s, bool finished, const std::string& reason, size_t cut) {
+  const std::string full = impl->tokenizer->decode(s.tokens);
+  std::string cont = full.size() >= s.prompt_text.size() ? full.substr(s.prompt_text.size()) : std::string();
+  size_t stable = std::min(cont.size(), cut);
+  if (!finished) {
+    stable -= unstable_suffix(cont);
+    stable -= std::min(stable, stop_prefix_holdback(cont.substr(0, stable), s.emitted, s.req.stop));
+  }
+  SeqEvent ev;
+  if (stable > s.emitted) ev.text = cont.substr(s.emitted, stable - s.emitted);
+  s.emitted = std::max(s.emitted, stable);
+  const size_t out = s.tokens.size() - static_cast<size_t>(s.prompt_len);
+  for (size_t i = s.tokens_sent; i < out; ++i) ev.token_ids.push_back(s.tokens[static_cast<size_t>(s.prompt_len) + i]);
+  s.tokens_sent = out;
+  ev.finished = finished;
+  ev.finish_reason = reason;
+  ev.prompt_tokens = static_cast<int>(s.prompt_len);
+  ev.completion_tokens = static_cast<int>(out);
+  if (finished || !ev.text.empty() || !ev.token_ids.empty()) s.sink(std::move(ev));
+}
+
+void Scheduler::State::finish(Seq& s, const std::string& reason, const std::string& error, size_t cut) {
+  if (!error.empty()) {
+    SeqEvent ev;
+    ev.finished = true;
+    ev.finish_reason = reason;
+    ev.error = error;
+    ev.prompt_tokens = static_cast<int>(s.prompt_len);
+    ev.completion_tokens = static_cast<int>(s.tokens.size()) - static_cast<int>(s.prompt_len);
+    s.sink(std::move(ev));
+  } else {
+    emit(s, true, reason, cut);
+  }
+  allocator->release(s.blocks);
+  s.blocks.clear();
+  std::lock_guard<std::mutex> lock(snap_mu);
+  ++snap.requests_finished;
+}
+
+// One engine step: every running sequence past its prompt decodes one token, then
+// prompt chunks (admission order) fill the rest of the token budget.
+Status Scheduler::State::step() {
+  const int64_t budget = options.max_num_batched_tokens;
+  std::vector<Decoder::BatchSegment> segs;
+  std::vector<Seq*> seg_seq;
+  int64_t used = 0;
+  for (auto& s : running) {  // decodes
+    if (s->cached < s->prompt_len) continue;
+    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr});
+    seg_seq.push_back(s.get());
+    ++used;
+  }
+  int64_t prompt_tokens = 0;
+  for (auto& s : running) {  // prompt chunks
+    if (s->cached >= s->prompt_len || used >= budget) continue;
+    const int64_t n = std::min(s->prompt_len - s->cached, budget - used);
+    segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr});
+    seg_seq.push_back(s.get());
+    used += n;
+    prompt_tokens += n;
+  }
+  for (size_t i = 0; i < segs.size(); ++i) {
+    Seq& s = *seg_seq[i];
+    if (s.cached + segs[i].n == static_cast<int64_t>(s.tokens.size())) {
+      s.logits.resize(static_cast<size_t>(impl->config.vocab_size));
+      segs[i].logits = s.logits.data();
+    }
+  }
+  MOE_RETURN_IF_ERROR(impl->decoder->forward_batch(segs, kv.get()));
+  last_step_time = now_seconds();
+  int64_t generated = 0;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    Seq& s = *seg_seq[i];
+    s.cached += segs[i].n;
+    if (segs[i].logits == nullptr) continue;
+    const int token = s.sampler->sample(s.logits.data(), impl->config.vocab_size);
+    s.tokens.push_back(token);
+    ++generated;
+  }
+  // Finished sequences leave the batch now (their blocks are free for the next step).
+  for (auto& sp : running) {
+    Seq& s = *sp;
+    const int64_t out = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
+    if (out == 0) continue;
+    if (!s.req.ignore_eos && impl->config.is_eos(s.tokens.back())) {
+      finish(s, "stop");
+      continue;
+    }
+    bool stopped = false;
+    if (!s.req.stop.empty()) {
+      const std::string full = impl->tokenizer->decode(s.tokens);
+      const std::string cont = full.size() >= s.prompt_text.size() ? full.substr(s.prompt_text.size()) : std::string();
+      size_t cut = std::string::npos;
+      for (const std::string& stop : s.req.stop) {
+        const size_t from = s.emitted >= stop.size() ? s.emitted - stop.size() + 1 : 0;
+        const size_t at = cont.find(stop, from);
+        if (at != std::string::npos) cut = std::min(cut, at);
+      }
+      if (cut != std::string::npos) {
+        finish(s, "stop", {}, cut);
+        stopped = true;
+      }
+    }
+    if (stopped) continue;
+    if (out >= s.req.max_tokens) {
+      finish(s, "length");
+      continue;
+    }
+    emit(s, false, "");
+  }
+  std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s->blocks.empty(); });
+  std::lock_guard<std::mutex> lock(snap_mu);
+  ++snap.steps;
+  snap.prompt_tokens_total += prompt_tokens;
+  snap.generation_tokens_total += generated;
+  return ok_status();
+}
+
+void Scheduler::State::publish() {
+  std::lock_guard<std::mutex> lock(snap_mu);
+  snap.running = static_cast<int>(running.size());
+  snap.waiting = static_cast<int>(waiting.size());
+  snap.kv_blocks_used = allocator->total_blocks() - allocator->free_blocks();
+  const ExpertLoadStats& stats = *impl->load_stats;
+  for (size_t i = 0; i < snap.moe_layers.size(); ++i) {
+    const auto& t = stats.tokens_per_expert(snap.moe_layers[i]);
+    snap.expert_tokens[i].assign(t.begin(), t.end());
+  }
+}
+
+Status Scheduler::run() {
+  State& st = *state_;
+  Communicator* comm = st.impl->comm;
+  st.last_step_time = now_seconds();
+  Status result = ok_status();
+  for (;;) {
+    std::unordered_set<uint64_t> cancelled;
+    bool shutting_down, past_deadline;
+    {
+      std::unique_lock<std::mutex> lock(st.mu);
+      if (st.running.empty() && st.incoming.empty() && st.cancelled.empty() && !st.shutting_down) {
+        // Idle: sleep until a request, a cancel or shutdown arrives.
+        st.cv.wait_for(lock, std::chrono::milliseconds(500));
+      }
+      while (!st.incoming.empty()) {
+        st.waiting.push_back(std::move(st.incoming.front()));
+        st.incoming.pop_front();
+      }
+      cancelled.swap(st.cancelled);
+      shutting_down = st.shutting_down;
+      past_deadline = shutting_down && now_seconds() >= st.shutdown_deadline;
+    }
+    // Cancelled (client gone) or past the shutdown grace period: abort.
+    auto abort_if = [&](std::unique_ptr<Seq>& s) {
+      if (past_deadline || cancelled.count(s->id) > 0) {
+        st.finish(*s, "abort");
+        return true;
+      }
+      return false;
+    };
+    std::erase_if(st.running, abort_if);
+    std::erase_if(st.waiting, abort_if);
+    // Admission, first come first served: the head of the queue waits for KV blocks
+    // rather than being overtaken (no starvation of long requests).
+    while (!st.waiting.empty() && static_cast<int>(st.running.size()) < st.options.max_num_seqs) {
+      Seq& s = *st.waiting.front();
+      const int64_t need = blocks_for(s.prompt_len + s.req.max_tokens, st.options.kv_block_size);
+      if (!st.allocator->allocate(need, &s.blocks)) break;
+      st.running.push_back(std::move(st.waiting.front()));
+      st.waiting.pop_front();
+    }
+    st.publish();
+    if (st.running.empty()) {
+      if (shutting_down && st.waiting.empty()) {
+        std::lock_guard<std::mutex> lock(st.mu);
+        if (st.incoming.empty()) break;
+        continue;
+      }
+      if (comm != nullptr && now_seconds() - st.last_step_time >= kIdleHeartbeatSeconds) {
+        int64_t header[2] = {kEpHeaderIdle, 0};
+        result = comm->broadcast(header, sizeof(header), 0);
+        if (!result.ok()) break;
+        st.last_step_time = now_seconds();
+      }
+      continue;
+    }
+    result = st.step();
+    st.publish();
+    if (!result.ok()) {
+      MOE_LOG_ERROR("scheduler: engine step failed, failing {} requests: {}", st.running.size() + st.waiting.size(),
+                    result.message());
+      break;
+    }
+  }
+  if (!result.ok()) {
+    for (auto& s : st.running) st.finish(*s, "error", result.message());
+    for (auto& s : st.waiting) st.finish(*s, "error", result.message());
+    st.running.clear();
+    st.waiting.clear();
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.shutting_down = true;
+    for (auto& s : st.incoming) {
+      SeqEvent ev;
+      ev.finished = true;
+      ev.finish_reason = "error";
+      ev.error = result.message();
+      s->sink(std::move(ev));
+    }
+    st.incoming.clear();
+  }
+  st.publish();
+  return result;
+}
+
+}  // namespace moe

@@ -1,0 +1,56 @@
+// One query row against one KV head: the inner loop shared by the contiguous-cache
+// attention (attention.cc) and the paged one (paged_attention.cc), so both give bitwise
+// the same result for the same keys and values. Internal to src/moe/ops.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "moe/ops/activation.h"
+
+namespace moe::detail {
+
+inline float hsum8(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// q: [hd]; row_k(p) / row_v(p): the key / value of position p, [hd] each, p < ctx.
+// scores: scratch [ctx]. out: [hd] = softmax(q K^T * scale) V. AVX2 when hd % 8 == 0.
+template <typename KeyAt, typename ValueAt>
+inline void attend_query(const float* q, int64_t ctx, KeyAt row_k, ValueAt row_v, int hd, float scale,
+                         float* scores, float* out) {
+  const bool vec = hd % 8 == 0;
+  for (int64_t p = 0; p < ctx; ++p) {
+    const float* kp = row_k(p);
+    float s = 0;
+    if (vec) {
+      __m256 acc = _mm256_setzero_ps();
+      for (int i = 0; i < hd; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kp + i), acc);
+      s = hsum8(acc);
+    } else {
+      for (int i = 0; i < hd; ++i) s += q[i] * kp[i];
+    }
+    scores[p] = s * scale;
+  }
+  softmax(scores, ctx);
+  std::fill(out, out + hd, 0.0f);
+  for (int64_t p = 0; p < ctx; ++p) {
+    const float w = scores[p];
+    const float* vp = row_v(p);
+    if (vec) {
+      const __m256 wv = _mm256_set1_ps(w);
+      for (int i = 0; i < hd; i += 8) {
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp + i), _mm256_loadu_ps(out + i)));
+      }
+    } else {
+      for (int i = 0; i < hd; ++i) out[i] += w * vp[i];
+    }
+  }
+}
+
+}  // namespace moe::detail
