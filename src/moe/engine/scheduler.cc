@@ -18,9 +18,6 @@ namespace moe {
 namespace {
 
 constexpr int kMaxStopStrings = 4;
-// Under EP, idle workers wait in a broadcast with the communicator's timeout (60 s by
-// default); rank 0 tells them it is idle this often.
-constexpr double kIdleHeartbeatSeconds = 5.0;
 // Default pool when kv_cache_tokens = 0: max_num_seqs * context, capped at this size.
 constexpr size_t kDefaultPoolMaxBytes = size_t{2} << 30;
 
@@ -103,6 +100,9 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   }
   if (o.kv_block_size < 1 || o.kv_block_size > 4096) {
     return invalid_argument("kv_block_size must be in [1, 4096] (got " + std::to_string(o.kv_block_size) + ")");
+  }
+  if (!(o.idle_heartbeat_seconds > 0)) {
+    return invalid_argument("idle_heartbeat_seconds must be > 0 (got " + std::to_string(o.idle_heartbeat_seconds) + ")");
   }
   if (o.kv_cache_tokens < 0) {
     return invalid_argument("kv_cache_tokens must be >= 0 (got " + std::to_string(o.kv_cache_tokens) + ")");
@@ -363,7 +363,7 @@ Status Scheduler::run() {
       std::unique_lock<std::mutex> lock(st.mu);
       if (st.running.empty() && st.incoming.empty() && st.cancelled.empty() && !st.shutting_down) {
         // Idle: sleep until a request, a cancel or shutdown arrives.
-        st.cv.wait_for(lock, std::chrono::milliseconds(500));
+        st.cv.wait_for(lock, std::chrono::duration<double>(std::min(0.5, st.options.idle_heartbeat_seconds / 2)));
       }
       while (!st.incoming.empty()) {
         st.waiting.push_back(std::move(st.incoming.front()));
@@ -399,7 +399,7 @@ Status Scheduler::run() {
         if (st.incoming.empty()) break;
         continue;
       }
-      if (comm != nullptr && now_seconds() - st.last_step_time >= kIdleHeartbeatSeconds) {
+      if (comm != nullptr && now_seconds() - st.last_step_time >= st.options.idle_heartbeat_seconds) {
         int64_t header[2] = {kEpHeaderIdle, 0};
         result = comm->broadcast(header, sizeof(header), 0);
         if (!result.ok()) break;

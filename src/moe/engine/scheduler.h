@@ -23,6 +23,9 @@ struct SchedulerOptions {
   int max_num_batched_tokens = 512;   // tokens per step at most (decodes + prompt chunks)
   int kv_block_size = 16;             // tokens per KV-cache block
   int64_t kv_cache_tokens = 0;        // pool size in tokens; 0 = max_num_seqs * context
+  // Under EP, while idle rank 0 tells the workers so this often (seconds), since they
+  // wait for the next step with the communicator's timeout; must be well below it.
+  double idle_heartbeat_seconds = 5.0;
 };
 
 class Scheduler final : public GenerationService {
