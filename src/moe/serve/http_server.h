@@ -1,0 +1,97 @@
+// The OpenAI-compatible HTTP front end (cpp-httplib) over a GenerationService.
+//
+// Routes:
+//   POST /v1/completions, POST /v1/chat/completions   generation, also streamed (SSE)
+//   GET  /v1/models                                    the served model
+//   GET  /health                                       200 {"status":"ok"}; 503 once draining
+//   GET  /metrics                                      Prometheus text format (no auth)
+// Other paths: 404; another method on a known path: 405 with Allow. Errors are OpenAI
+// error JSON (openai_protocol.h). With api_keys, /v1/* needs "Authorization: Bearer
+// KEY" (401 otherwise). Rate limits (rate_limiter.h) answer 429 with Retry-After
+// (whole seconds), keyed by the bearer token, else the client address. Bodies above
+// max_body_bytes: 413. Failures of GenerationService::submit(): InvalidArgument -> 400,
+// Unavailable -> 503, others -> 500.
+//
+// Responses are written as the request's events arrive (a per-request EventChannel fed
+// by the SeqSink, which never blocks). Streamed: SSE chunks, then "data: [DONE]".
+// Non-streamed: the JSON object is also sent through a chunked response that starts
+// when the request is accepted, so that while the request waits and runs the worker can
+// check its client every poll interval; a client that went away (for either kind) gets
+// its request cancelled (GenerationService::cancel). As the status line is sent first,
+// a non-streamed request that ends in an engine error ("error") is answered by closing
+// the connection before the body is complete; one aborted by shutdown gets its partial
+// text with finish_reason "abort". A streamed one gets an error event, then [DONE].
+//
+// Connections are served by a thread pool that grows on demand (thread_pool.h), so
+// idle keep-alive connections do not starve others; idle connections close after
+// keep_alive_timeout_seconds. SIGPIPE is ignored process-wide from start() on (writes to
+// a closed socket must fail, not kill the server).
+//
+// Shutdown: drain() makes /health answer 503 and new generation requests 503 while
+// requests in flight continue (the engine's own shutdown decides how long); stop() then
+// closes the listener, ends responses still waiting (events already produced are sent,
+// their requests cancelled) and waits for every connection's worker. The destructor
+// calls stop().
+//
+// Thread-safety: start/drain/stop from any thread; stop() and the destructor must not
+// run concurrently with each other.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moe/engine/generation_service.h"
+#include "moe/serve/chat_template.h"
+#include "moe/serve/rate_limiter.h"
+#include "moe/serve/server_metrics.h"
+#include "moe/status.h"
+
+namespace moe::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                       // 0 = a free port (see HttpServer::port())
+  std::vector<std::string> api_keys;     // empty = no authentication
+  std::string served_model_name;         // empty = the model directory's last component
+  size_t max_body_bytes = 1 << 20;       // request bodies above: 413
+  int max_tokens_limit = 0;              // max_tokens above: 400; 0 = the model's context
+  RateLimits rate_limits;                // 0 = off
+  RateLimiter::Clock rate_limit_clock;   // tests; default steady_clock
+  ChatTemplate chat_template;            // default: plain
+  int read_timeout_seconds = 10;         // a request that stalls this long mid-read is dropped
+  int write_timeout_seconds = 10;        // a client that does not read for this long is dropped
+  int keep_alive_timeout_seconds = 5;    // idle keep-alive connections close after this
+  size_t max_threads = 2048;             // connections served at once; more wait in a queue
+  int client_poll_ms = 50;               // how often a waiting response checks its client
+};
+
+class HttpServer {
+ public:
+  // `service` is not owned and must outlive the server.
+  HttpServer(GenerationService& service, ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port and serves on a background thread. InvalidArgument for bad options
+  // (max_tokens_limit < 0, max_body_bytes 0); Unavailable when the address cannot be
+  // bound (in use, bad host). Call once.
+  Status start();
+  int port() const;  // the bound port (after start())
+  const std::string& served_model_name() const;
+
+  void drain();     // /health 503, new generation requests 503; idempotent
+  bool draining() const;
+  void stop();      // drain, close the listener, end waiting responses, join; idempotent
+
+  ServerMetrics& metrics();
+
+  struct Impl;  // implementation detail (http_server.cc)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moe::serve

@@ -1,0 +1,58 @@
+// Turns one request's SeqEvents into its HTTP response body: SSE chunks for a streamed
+// request, one JSON object for a non-streamed one (openai_protocol.h formats), and
+// records its latencies and finish reason in ServerMetrics. No I/O: the HTTP server
+// writes what it returns.
+//
+// Not thread-safe: one instance per request, used by the worker thread writing it.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "moe/serve/event_channel.h"
+#include "moe/serve/openai_protocol.h"
+#include "moe/serve/server_metrics.h"
+
+namespace moe::serve {
+
+class ResponseStream {
+ public:
+  // `metrics` may be null; otherwise it must outlive this object. `arrival`: when the
+  // request arrived (TTFT and E2E latency are measured from it).
+  ResponseStream(Endpoint endpoint, bool stream, bool include_usage, ResponseMeta meta, ServerMetrics* metrics,
+                 std::chrono::steady_clock::time_point arrival);
+
+  // Bytes to send first (the chat role chunk when streaming; else empty).
+  std::string begin();
+  // Bytes to send for these events (streamed: their chunks; non-streamed: the whole
+  // JSON once the final event is among them, else nothing). Events after the final one
+  // are ignored.
+  std::string on_events(std::vector<TimedEvent>& events);
+  // The channel closed before the final event (the server is stopping): streamed, an
+  // error event and [DONE]; non-streamed, nothing and failed() becomes true.
+  std::string on_closed();
+
+  bool finished() const { return finished_; }
+  // Non-streamed only: the request ended in an error after the status line was sent,
+  // so the body cannot be completed (the connection should be closed).
+  bool failed() const { return failed_; }
+  const std::string& finish_reason() const { return finish_reason_; }
+
+ private:
+  std::string finish(const SeqEvent& last);
+  std::string error_event(const std::string& message) const;
+
+  const Endpoint endpoint_;
+  const bool stream_, include_usage_;
+  const ResponseMeta meta_;
+  ServerMetrics* const metrics_;
+  const std::chrono::steady_clock::time_point arrival_;
+  std::chrono::steady_clock::time_point last_token_at_{};
+  bool got_token_ = false;
+  bool finished_ = false, failed_ = false;
+  std::string text_;  // non-streamed: the whole output so far
+  std::string finish_reason_;
+};
+
+}  // namespace moe::serve

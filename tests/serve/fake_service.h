@@ -1,0 +1,210 @@
+// A deterministic GenerationService for testing the HTTP layer without a model.
+//
+// Tokens are characters: count_tokens(text) = 1 (BOS) + text.size(). A request's
+// output echoes its prompt one character (one token) per step: text "abc" gives
+// "a", "b", "c", then finish "stop" (EOS) if max_tokens was not reached first
+// ("length"). Token-id prompts echo "<id> " per token. Steps run every `step_delay_ms`
+// on a background thread; `first_token_delay_ms` delays the first token; with `hold` set no
+// token is produced until it is cleared. Cancelled requests end with "abort"; a prompt
+// starting with "FAIL" ends with "error" after one token. submit() answers like the
+// Scheduler: InvalidArgument when prompt + max_tokens exceeds `context`, Unavailable
+// after shutdown(); shutdown(grace) lets requests run for `grace`, then aborts them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "moe/engine/generation_service.h"
+
+namespace moe::serve::testing {
+
+class FakeService final : public GenerationService {
+ public:
+  explicit FakeService(int context = 256) {
+    info_.model_dir = "/models/fake-model";
+    info_.model_type = "mixtral";
+    info_.vocab_size = 1000;
+    info_.max_context = context;
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~FakeService() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // Milliseconds between steps, and before a request's first token.
+  std::atomic<int> step_delay_ms{1};
+  std::atomic<int> first_token_delay_ms{0};
+
+  void set_hold(bool hold) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hold_ = hold;
+    }
+    cv_.notify_all();
+  }
+  void shutdown(std::chrono::milliseconds grace) {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    abort_at_ = std::chrono::steady_clock::now() + grace;
+  }
+
+  StatusOr<uint64_t> submit(SeqRequest request, SeqSink sink) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return Status(StatusCode::kUnavailable, "shutting down");
+    if (request.prompt.empty() && request.prompt_token_ids.empty()) return invalid_argument("empty prompt");
+    if (request.max_tokens < 1) return invalid_argument("max_tokens < 1");
+    Req r;
+    r.sink = std::move(sink);
+    r.max_tokens = request.max_tokens;
+    if (request.prompt_token_ids.empty()) {
+      r.prompt_tokens = count_tokens(request.prompt);
+      for (char c : request.prompt) r.pieces.push_back(std::string(1, c));
+      r.fail = request.prompt.rfind("FAIL", 0) == 0;
+    } else {
+      r.prompt_tokens = static_cast<int>(request.prompt_token_ids.size());
+      for (int id : request.prompt_token_ids) r.pieces.push_back(std::to_string(id) + " ");
+    }
+    if (r.prompt_tokens + request.max_tokens > info_.max_context) {
+      return invalid_argument("prompt (" + std::to_string(r.prompt_tokens) + " tokens) + max_tokens (" +
+                              std::to_string(request.max_tokens) + ") exceeds the context of " +
+                              std::to_string(info_.max_context) + " tokens");
+    }
+    r.start = std::chrono::steady_clock::now();
+    last_request_ = request;
+    const uint64_t id = next_id_++;
+    reqs_[id] = std::move(r);
+    ++submitted_;
+    cv_.notify_all();
+    return id;
+  }
+
+  void cancel(uint64_t id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_.insert(id);
+    auto it = reqs_.find(id);
+    if (it != reqs_.end()) it->second.cancelled = true;
+    cv_.notify_all();
+  }
+
+  ServiceSnapshot snapshot() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ServiceSnapshot s;
+    s.running = static_cast<int>(reqs_.size());
+    s.waiting = 0;
+    s.kv_blocks_total = 100;
+    s.kv_blocks_used = static_cast<int64_t>(reqs_.size());
+    s.kv_block_size = 16;
+    s.steps = steps_;
+    s.prompt_tokens_total = 7;
+    s.generation_tokens_total = generated_;
+    s.moe_layers = {0, 1};
+    s.expert_tokens = {{5, 6}, {7, 8}};
+    return s;
+  }
+  const ModelInfo& model_info() const override { return info_; }
+  int count_tokens(const std::string& text) const override { return 1 + static_cast<int>(text.size()); }
+
+  std::set<uint64_t> cancelled() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+  int in_flight() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(reqs_.size());
+  }
+  int submitted() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return submitted_;
+  }
+  SeqRequest last_request() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_request_;
+  }
+
+ private:
+  struct Req {
+    SeqSink sink;
+    std::vector<std::string> pieces;
+    int max_tokens = 0, prompt_tokens = 0, done = 0;
+    bool cancelled = false, fail = false;
+    std::chrono::steady_clock::time_point start;
+  };
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!quit_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(step_delay_ms.load()));
+      if (quit_) break;
+      const auto now = std::chrono::steady_clock::now();
+      const bool abort_all = shutting_down_ && now >= abort_at_;
+      for (auto it = reqs_.begin(); it != reqs_.end();) {
+        Req& r = it->second;
+        SeqEvent ev;
+        ev.prompt_tokens = r.prompt_tokens;
+        if (r.cancelled || abort_all) {
+          ev.finished = true;
+          ev.finish_reason = "abort";
+        } else if (hold_ || now - r.start < std::chrono::milliseconds(first_token_delay_ms.load())) {
+          ++it;
+          continue;
+        } else if (r.fail && r.done == 1) {
+          ev.finished = true;
+          ev.finish_reason = "error";
+          ev.error = "injected failure";
+        } else if (r.done >= static_cast<int>(r.pieces.size())) {
+          ev.finished = true;
+          ev.finish_reason = "stop";
+          ev.token_ids = {2};  // EOS
+          ++r.done;
+        } else {
+          ev.text = r.pieces[r.done];
+          ev.token_ids = {static_cast<int>(static_cast<unsigned char>(ev.text[0]))};
+          ++r.done;
+          ++generated_;
+          if (r.done >= r.max_tokens) {
+            ev.finished = true;
+            ev.finish_reason = "length";
+          }
+        }
+        ev.completion_tokens = r.done;
+        const bool finished = ev.finished;
+        r.sink(std::move(ev));
+        it = finished ? reqs_.erase(it) : std::next(it);
+      }
+      ++steps_;
+    }
+    for (auto& [id, r] : reqs_) {
+      SeqEvent ev;
+      ev.finished = true;
+      ev.finish_reason = "abort";
+      r.sink(std::move(ev));
+    }
+  }
+
+  ModelInfo info_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  std::map<uint64_t, Req> reqs_;
+  std::set<uint64_t> cancelled_;
+  SeqRequest last_request_;
+  uint64_t next_id_ = 1;
+  int submitted_ = 0;
+  int64_t steps_ = 0, generated_ = 0;
+  bool hold_ = false, quit_ = false, shutting_down_ = false;
+  std::chrono::steady_clock::time_point abort_at_{};
+};
+
+}  // namespace moe::serve::testing
