@@ -15,6 +15,9 @@ PACKAGES=(
   libcpp-httplib-dev          # HTTP server/client of `moe serve` and `moe bench serve`
   curl                        # serving tests
 )
+# Node.js + npm for the serving e2e test's `openai` client (scripts/test.sh); kept if
+# already installed (e.g. from NodeSource, whose nodejs includes npm).
+command -v npm > /dev/null || PACKAGES+=(nodejs npm)
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 missing=()

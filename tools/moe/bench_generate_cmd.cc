@@ -20,6 +20,7 @@ struct BenchFlags {
   int repeats = 5;
   std::vector<int> threads = {1, 2};
   size_t bw_buffer_mb = 1024;
+  bool batch_invariant = false;
 };
 
 struct Stats {
@@ -39,7 +40,9 @@ int run_bench(const BenchFlags& f) {
     if (t < 1) return fail("--threads values must be >= 1");
   }
   std::fprintf(stderr, "loading model...\n");
-  auto engine_or = Engine::open({.model_dir = f.model.empty() ? default_model_dir() : f.model});
+  EngineOptions eo{.model_dir = f.model.empty() ? default_model_dir() : f.model};
+  eo.batch_invariant = f.batch_invariant;
+  auto engine_or = Engine::open(eo);
   if (!engine_or.ok()) return fail(engine_or.status().message());
   Engine& engine = *engine_or.value();
   const ModelInfo& info = engine.info();
@@ -103,6 +106,8 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_option("--gen-tokens", f->gen_tokens, "Tokens to generate for decode")->capture_default_str();
   app.add_option("--repeats", f->repeats, "Timed repeats (after one warm-up)")->capture_default_str();
   app.add_option("--threads", f->threads, "Thread counts to measure")->delimiter(',')->capture_default_str();
+  app.add_flag("--batch-invariant", f->batch_invariant,
+               "Batch-invariant kernels (as `moe serve` uses): GEMV for prefill instead of sgemm");
   app.add_option("--bw-buffer-mb", f->bw_buffer_mb, "Buffer for the bandwidth probe (MiB)")->capture_default_str();
   return [f] { return run_bench(*f); };
 }
