@@ -76,6 +76,9 @@ TEST(OpenAiProtocol, PromptForms) {
   ASSERT_FALSE(parse(kCmpl, R"({"model":"m","prompt":"x","stop":"END","top_k":-1})", &r));
   EXPECT_EQ(r.seq.stop, (std::vector<std::string>{"END"}));
   EXPECT_EQ(r.seq.sampling.top_k, 0);
+  EXPECT_FALSE(r.seq.ignore_eos);
+  ASSERT_FALSE(parse(kCmpl, R"({"model":"m","prompt":"x","ignore_eos":true})", &r));
+  EXPECT_TRUE(r.seq.ignore_eos);
 }
 
 TEST(OpenAiProtocol, BadCompletionFields) {
@@ -116,6 +119,7 @@ TEST(OpenAiProtocol, BadCompletionFields) {
   expect_bad(kCmpl, R"({"model":"m","prompt":"x","presence_penalty":0.5})", "presence_penalty");
   expect_bad(kCmpl, R"({"model":"m","prompt":"x","frequency_penalty":-1})", "frequency_penalty");
   expect_bad(kCmpl, R"({"model":"m","prompt":"x","stream":"yes"})", "stream");
+  expect_bad(kCmpl, R"({"model":"m","prompt":"x","ignore_eos":1})", "ignore_eos");
   expect_bad(kCmpl, R"({"model":"m","prompt":"x","stream_options":{"include_usage":true}})", "stream_options");
   expect_bad(kCmpl, R"({"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":1}})",
              "stream_options.include_usage");

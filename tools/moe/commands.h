@@ -12,6 +12,7 @@ namespace moe::cli {
 using RunFn = std::function<int()>;
 
 RunFn add_generate_command(CLI::App& parent);
+RunFn add_serve_command(CLI::App& parent);
 RunFn add_bench_generate_command(CLI::App& bench);
 RunFn add_bench_a2a_command(CLI::App& bench);
 RunFn add_bench_moe_layer_command(CLI::App& bench);

@@ -37,7 +37,7 @@ std::string default_model_dir() {
 }  // namespace moe::cli
 
 int main(int argc, char** argv) {
-  CLI::App app{"moe: Mixture-of-Experts inference engine (generate, stats, placement, bench)"};
+  CLI::App app{"moe: Mixture-of-Experts inference engine (generate, serve, stats, placement, bench)"};
   app.require_subcommand(1);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   std::function<int()> run;
   auto* generate = app.add_subcommand("generate", "Generate text from a prompt");
   auto run_generate = moe::cli::add_generate_command(*generate);
+  auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server with continuous batching");
+  auto run_serve = moe::cli::add_serve_command(*serve);
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   auto* bench_generate = bench->add_subcommand("generate", "Prefill and decode tokens/s vs the memory-bandwidth bound");
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
     }
   } finalize{mpi};
   if (generate->parsed()) return run_generate();
+  if (serve->parsed()) return run_serve();
   if (bench_generate->parsed()) return run_bench_generate();
   if (bench_a2a->parsed()) return run_bench_a2a();
   if (bench_moe_layer->parsed()) return run_bench_moe_layer();

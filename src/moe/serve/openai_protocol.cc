@@ -306,6 +306,9 @@ std::optional<ApiError> parse_body(Endpoint endpoint, const json& body, const Pr
   if (auto e = parse_sampling(body, &out->seq.sampling)) return e;
   if (auto e = parse_stop(body, &out->seq.stop)) return e;
   if (auto e = check_unsupported(endpoint, body)) return e;
+  std::optional<bool> ignore_eos;  // vLLM's extension (benchmarks)
+  if (auto e = read_bool(body, "ignore_eos", &ignore_eos)) return e;
+  out->seq.ignore_eos = ignore_eos.value_or(false);
   std::optional<bool> stream;
   if (auto e = read_bool(body, "stream", &stream)) return e;
   out->stream = stream.value_or(false);

@@ -46,7 +46,8 @@ struct ProtocolLimits {
 };
 
 // A validated request. Defaults follow OpenAI: temperature 1, top_p 1, top_k off,
-// random seed, completions max_tokens 16. For chat, `seq.prompt` is left empty (the
+// random seed, completions max_tokens 16. Also read, as vLLM does: top_k (-1 or 0 =
+// off) and ignore_eos (bool). For chat, `seq.prompt` is left empty (the
 // server renders `messages` through the chat template) and, when neither max_tokens
 // nor max_completion_tokens was given, max_tokens_given is false: the server then
 // sets max_tokens to what fits in the context (up to the limit).

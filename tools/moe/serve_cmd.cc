@@ -1,0 +1,242 @@
+// moe serve: the OpenAI-compatible HTTP server (src/moe/serve/) over the continuous-
+// batching Scheduler. Rank 0 serves HTTP on a background thread and steps the engine on
+// the main thread; under mpirun the other ranks join every step (Engine::run_worker).
+// SIGTERM / SIGINT: stop taking requests (/health 503), let those in flight finish for
+// up to --shutdown-grace seconds, then exit 0; a second signal aborts them at once.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "commands.h"
+#include "engine_flags.h"
+#include "moe/core/logging.h"
+#include "moe/engine/scheduler.h"
+#include "moe/serve/chat_template.h"
+#include "moe/serve/http_server.h"
+
+namespace moe::cli {
+namespace {
+
+struct ServeFlags {
+  EngineFlags engine;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::vector<std::string> api_keys;
+  std::string served_model_name;
+  int max_num_seqs = 32;
+  int max_num_batched_tokens = 512;
+  int kv_block_size = 16;
+  int64_t kv_cache_tokens = 0;
+  int max_tokens_limit = 0;
+  int64_t max_body_bytes = 1 << 20;
+  double rate_limit_rps = 0;
+  double rate_limit_tpm = 0;
+  std::string chat_template;
+  double shutdown_grace = 30;
+};
+
+// SIGTERM/SIGINT -> one byte on a pipe, read by a watcher thread (the only
+// async-signal-safe work is write()). Installed for the server's lifetime.
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const int saved = errno;
+  const char c = static_cast<char>(sig);
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
+  errno = saved;
+}
+
+class SignalWatcher {
+ public:
+  // `on_first`: the first SIGTERM/SIGINT; `on_again`: any later one. Both run on the
+  // watcher thread.
+  SignalWatcher(std::function<void()> on_first, std::function<void()> on_again) {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGTERM, &sa, &old_term_);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    thread_ = std::thread([this, on_first = std::move(on_first), on_again = std::move(on_again)] {
+      int signals = 0;
+      while (!quit_) {
+        pollfd p{g_signal_pipe[0], POLLIN, 0};
+        if (::poll(&p, 1, 200) <= 0) continue;
+        char c;
+        while (::read(g_signal_pipe[0], &c, 1) == 1) {
+          if (c == 0) continue;  // wake-up from the destructor
+          (signals++ == 0 ? on_first : on_again)();
+        }
+      }
+    });
+  }
+  ~SignalWatcher() {
+    if (g_signal_pipe[0] < 0) return;
+    quit_ = true;
+    const char c = 0;
+    [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
+    if (thread_.joinable()) thread_.join();
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::close(g_signal_pipe[0]);
+    ::close(g_signal_pipe[1]);
+    g_signal_pipe[0] = g_signal_pipe[1] = -1;
+  }
+
+ private:
+  std::atomic<bool> quit_{false};
+  std::thread thread_;
+  struct sigaction old_term_ {}, old_int_ {};
+};
+
+std::string check_flags(const ServeFlags& f) {
+  if (f.host.empty()) return "--host must not be empty";
+  if (f.port < 0 || f.port > 65535) return "--port must be in [0, 65535] (got " + std::to_string(f.port) + ")";
+  for (const std::string& key : f.api_keys) {
+    if (key.empty()) return "--api-key must not be empty";
+  }
+  if (f.max_num_seqs < 1) return "--max-num-seqs must be >= 1 (got " + std::to_string(f.max_num_seqs) + ")";
+  if (f.max_num_batched_tokens < 1) {
+    return "--max-num-batched-tokens must be >= 1 (got " + std::to_string(f.max_num_batched_tokens) + ")";
+  }
+  if (f.kv_block_size < 1) return "--kv-block-size must be >= 1 (got " + std::to_string(f.kv_block_size) + ")";
+  if (f.kv_cache_tokens < 0) return "--kv-cache-tokens must be >= 0 (got " + std::to_string(f.kv_cache_tokens) + ")";
+  if (f.max_tokens_limit < 0) {
+    return "--max-tokens-limit must be >= 0 (got " + std::to_string(f.max_tokens_limit) + ")";
+  }
+  if (f.max_body_bytes < 1) return "--max-body-bytes must be >= 1 (got " + std::to_string(f.max_body_bytes) + ")";
+  if (!(f.rate_limit_rps >= 0 && std::isfinite(f.rate_limit_rps))) {
+    return "--rate-limit-rps must be a finite number >= 0 (got " + std::to_string(f.rate_limit_rps) + ")";
+  }
+  if (!(f.rate_limit_tpm >= 0 && std::isfinite(f.rate_limit_tpm))) {
+    return "--rate-limit-tpm must be a finite number >= 0 (got " + std::to_string(f.rate_limit_tpm) + ")";
+  }
+  if (!(f.shutdown_grace >= 0 && std::isfinite(f.shutdown_grace))) {
+    return "--shutdown-grace must be a finite number of seconds >= 0 (got " + std::to_string(f.shutdown_grace) + ")";
+  }
+  return check_engine_flags(f.engine);
+}
+
+int run_serve(const ServeFlags& f) {
+  if (std::string bad = check_flags(f); !bad.empty()) return fail(bad);
+  // An explicit --chat-template is checked before the (maybe long) model load.
+  if (!f.chat_template.empty()) {
+    auto t = serve::ChatTemplate::select(f.chat_template, "", "");
+    if (!t.ok()) return fail("--chat-template: " + t.status().message());
+  }
+  auto opened = open_engine(f.engine, "serve");
+  if (!opened.ok()) return fail(opened.status().message());
+  Engine& engine = *opened.value().engine;
+  const int rank = opened.value().rank;
+  if (rank != 0) {
+    // Workers follow rank 0, which stops them once its requests are done: a signal
+    // mpirun forwards must not end them first.
+    ::signal(SIGTERM, SIG_IGN);
+    ::signal(SIGINT, SIG_IGN);
+    Status st = engine.run_worker();
+    if (!st.ok()) return fail("rank " + std::to_string(rank) + ": " + st.message());
+    return 0;
+  }
+  struct StopWorkers {
+    Engine* e;
+    ~StopWorkers() { (void)e->stop_workers(); }
+  } stop_workers{&engine};
+
+  const ModelInfo& info = engine.info();
+  if (f.max_tokens_limit > info.max_context) {
+    return fail("--max-tokens-limit " + std::to_string(f.max_tokens_limit) + " exceeds the model's context of " +
+                std::to_string(info.max_context) + " tokens");
+  }
+  auto chat_template = serve::ChatTemplate::select(f.chat_template, info.model_dir, info.model_type);
+  if (!chat_template.ok()) return fail("--chat-template: " + chat_template.status().message());
+
+  SchedulerOptions so;
+  so.max_num_seqs = f.max_num_seqs;
+  so.max_num_batched_tokens = f.max_num_batched_tokens;
+  so.kv_block_size = f.kv_block_size;
+  so.kv_cache_tokens = f.kv_cache_tokens;
+  auto scheduler_or = Scheduler::create(&engine, so);
+  if (!scheduler_or.ok()) return fail(scheduler_or.status().message());
+  Scheduler& scheduler = *scheduler_or.value();
+
+  serve::ServerOptions o;
+  o.host = f.host;
+  o.port = f.port;
+  o.api_keys = f.api_keys;
+  o.served_model_name = f.served_model_name;
+  o.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
+  o.max_tokens_limit = f.max_tokens_limit;
+  o.rate_limits.requests_per_second = f.rate_limit_rps;
+  o.rate_limits.tokens_per_minute = f.rate_limit_tpm;
+  o.chat_template = chat_template.value();
+  serve::HttpServer server(scheduler, o);
+  SignalWatcher signals(
+      [&] {
+        std::fprintf(stderr, "shutting down: finishing requests in flight (up to %g s; signal again to abort them)\n",
+                     f.shutdown_grace);
+        server.drain();
+        scheduler.shutdown(f.shutdown_grace);
+      },
+      [&] {
+        std::fprintf(stderr, "aborting requests in flight\n");
+        server.drain();
+        scheduler.shutdown(0);
+      });
+  if (Status st = server.start(); !st.ok()) return fail("--host/--port: " + st.message());
+  std::fprintf(stderr, "serving %s on http://%s:%d (chat template: %s)\n", server.served_model_name().c_str(),
+               f.host.c_str(), server.port(), o.chat_template.name().c_str());
+  std::fflush(stderr);
+
+  const Status result = scheduler.run();  // until shutdown and every request is done
+  server.stop();
+  if (!result.ok()) return fail("engine: " + result.message());
+  std::fprintf(stderr, "stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+RunFn add_serve_command(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  add_engine_flags(app, &f->engine, /*batch_invariant_default=*/true);
+  app.add_option("--host", f->host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", f->port, "TCP port; 0 = a free one (printed)")->capture_default_str();
+  app.add_option("--api-key", f->api_keys,
+                 "Require 'Authorization: Bearer KEY' on /v1/* (repeat for several keys)")
+      ->allow_extra_args(false);
+  app.add_option("--served-model-name", f->served_model_name,
+                 "The model name clients must send; default: the model directory's name");
+  app.add_option("--max-num-seqs", f->max_num_seqs, "Sequences in the running batch at most")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", f->max_num_batched_tokens,
+                 "Tokens per engine step at most (decodes + prompt chunks)")
+      ->capture_default_str();
+  app.add_option("--kv-block-size", f->kv_block_size, "Tokens per KV-cache block")->capture_default_str();
+  app.add_option("--kv-cache-tokens", f->kv_cache_tokens, "KV-cache pool in tokens; 0 = max-num-seqs x context")
+      ->capture_default_str();
+  app.add_option("--max-tokens-limit", f->max_tokens_limit,
+                 "Largest max_tokens a request may ask for; 0 = the model's context")
+      ->capture_default_str();
+  app.add_option("--max-body-bytes", f->max_body_bytes, "Largest request body (bigger: 413)")->capture_default_str();
+  app.add_option("--rate-limit-rps", f->rate_limit_rps, "Requests per second per API key (token bucket); 0 = off")
+      ->capture_default_str();
+  app.add_option("--rate-limit-tpm", f->rate_limit_tpm,
+                 "Tokens (prompt + max_tokens) per minute per API key; 0 = off")
+      ->capture_default_str();
+  app.add_option("--chat-template", f->chat_template,
+                 "chatml, mistral, plain, or a template file (JSON); default: from tokenizer_config.json or the "
+                 "model family");
+  app.add_option("--shutdown-grace", f->shutdown_grace,
+                 "Seconds requests in flight may take to finish after SIGTERM/SIGINT")
+      ->capture_default_str();
+  return [f] { return run_serve(*f); };
+}
+
+}  // namespace moe::cli
