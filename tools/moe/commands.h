@@ -17,6 +17,7 @@ RunFn add_bench_generate_command(CLI::App& bench);
 RunFn add_bench_a2a_command(CLI::App& bench);
 RunFn add_bench_moe_layer_command(CLI::App& bench);
 RunFn add_bench_capacity_command(CLI::App& bench);
+RunFn add_bench_serve_command(CLI::App& bench);
 // `placement plan|eval` (registers both subcommands on `placement`).
 RunFn add_placement_command(CLI::App& placement);
 // `stats show|plot` (registers both subcommands on `stats`).

@@ -59,6 +59,9 @@ int main(int argc, char** argv) {
   auto* bench_capacity =
       bench->add_subcommand("capacity", "Dropped fraction vs capacity factor on real routing counts (drop study)");
   auto run_bench_capacity = moe::cli::add_bench_capacity_command(*bench_capacity);
+  auto* bench_serve = bench->add_subcommand(
+      "serve", "Serving benchmark of an OpenAI-compatible server (TTFT, TPOT, ITL, throughput; as vLLM's)");
+  auto run_bench_serve = moe::cli::add_bench_serve_command(*bench_serve);
   auto* placement = app.add_subcommand("placement", "Expert placement: plan replicas and slots from per-expert load");
   placement->require_subcommand(1);
   auto run_placement = moe::cli::add_placement_command(*placement);
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
   if (bench_a2a->parsed()) return run_bench_a2a();
   if (bench_moe_layer->parsed()) return run_bench_moe_layer();
   if (bench_capacity->parsed()) return run_bench_capacity();
+  if (bench_serve->parsed()) return run_bench_serve();
   if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
   return 2;
