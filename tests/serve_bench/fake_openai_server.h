@@ -28,6 +28,7 @@ struct FakeServerConfig {
   int fail_every = 0;        // > 0: answer every fail_every-th request (1-based) with HTTP 400
   bool error_event = false;  // an {"error": ...} event after the first chunk
   int threads = 96;          // server worker threads
+  int max_model_len = 512;   // reported by /v1/models; 0: not reported
 };
 
 class FakeOpenAiServer {
@@ -35,8 +36,10 @@ class FakeOpenAiServer {
   explicit FakeOpenAiServer(FakeServerConfig config = {}) : cfg_(config) {
     const int threads = cfg_.threads;
     svr_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-    svr_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
+    svr_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      nlohmann::json model = {{"id", "fake-model"}, {"object", "model"}};
+      if (cfg_.max_model_len > 0) model["max_model_len"] = cfg_.max_model_len;
+      res.set_content(nlohmann::json({{"object", "list"}, {"data", {model}}}).dump(), "application/json");
     });
     svr_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle(q, r, false); });
     svr_.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle(q, r, true); });

@@ -86,6 +86,38 @@ TEST(ServeBenchCli, TraceReplayAndChat) {
   EXPECT_TRUE(bodies[0].contains("messages"));
 }
 
+TEST(ServeBenchCli, MaxModelLenFromTheServerFlagOrDefault) {
+  FakeServerConfig cfg = fast();
+  cfg.max_model_len = 40;  // c0 (15 + 10) and c1 (18 + 10) fit; c6 (19 + 60) does not
+  FakeOpenAiServer server(cfg);
+  const std::string args = "--base-url " + server.url() + " --dataset " + sh_quote(fixture("sharegpt_small.json")) +
+                           " --num-prompts 2 --default-output-len 10 --disable-progress";
+  auto r = run_command(bench(args));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "Max model length: 40 (the server)");
+  EXPECT_CONTAINS(r.output, " longer than 40 tokens (prompt + output)");
+  auto flag = run_command(bench(args + " --max-model-len 64"));
+  ASSERT_EQ(flag.exit_code, 0) << flag.output;
+  EXPECT_CONTAINS(flag.output, "Max model length: 64 (--max-model-len)");
+
+  FakeServerConfig silent = fast();
+  silent.max_model_len = 0;  // not reported
+  FakeOpenAiServer other(silent);
+  auto d = run_command(bench("--base-url " + other.url() + " --dataset " + sh_quote(fixture("sharegpt_small.json")) +
+                             " --num-prompts 2 --disable-progress"));
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_CONTAINS(d.output, "Max model length: 512 (default)");
+}
+
+TEST(ServeBenchCli, TokenizerCountsExactly) {
+  FakeOpenAiServer server(fast());
+  auto r = run_command(bench("--base-url " + server.url() + " --dataset " + sh_quote(fixture("sharegpt_small.json")) +
+                             " --num-prompts 3 --disable-progress --tokenizer " +
+                             sh_quote(moe::testing::tiny_model_dir())));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "Successful requests:                     3 ");
+}
+
 TEST(ServeBenchCli, FailedRequestsAreCountedAndTheFirstErrorShown) {
   FakeServerConfig cfg = fast();
   cfg.fail_every = 2;
@@ -123,6 +155,15 @@ TEST(ServeBenchCli, UnreachableServerIsAQuickError) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
+TEST(ServeBenchCli, TraceShorterThanNumPrompts) {
+  FakeOpenAiServer server(fast());
+  auto r = run_command(bench("--base-url " + server.url() + " --dataset " + sh_quote(fixture("trace_small.csv")) +
+                             " --num-prompts 9"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "error: " + fixture("trace_small.csv") + ": the trace has 4 requests, fewer than --num-prompts 9");
+  EXPECT_EQ(server.requests(), 0);
+}
+
 TEST(ServeBenchCli, BadInput) {
   const std::string url = " --base-url http://127.0.0.1:1";  // never contacted: the flags fail first
   const std::string ds = " --dataset " + sh_quote(fixture("sharegpt_small.json"));
@@ -145,8 +186,9 @@ TEST(ServeBenchCli, BadInput) {
       {" --base-url localhost:8000" + ds, 1, "error: --base-url: 'localhost:8000' must start with http://"},
       {url + ds + " --dataset-format xml", 2, "--dataset-format"},
       {ds, 2, "--base-url"},
-      {url + " --dataset " + sh_quote(fixture("trace_small.csv")) + " --num-prompts 9", 1,
-       "has 4 requests, fewer than --num-prompts 9"},
+      {url + ds + " --tokenizer /nonexistent/model", 1, "error: --tokenizer: "},
+      {url + ds + " --trace-time-scale 0", 1, "error: --trace-time-scale must be > 0"},
+      {url + ds + " --max-model-len 4", 1, "error: --max-model-len must be >= 8"},
   };
   for (const Case& c : cases) {
     auto r = run_command(bench(c.args));

@@ -94,7 +94,8 @@ TEST(ServeBenchClient, StreamsWithKnownDelaysUnderAConcurrencyLimit) {
   o.ignore_eos = true;
   auto models = sb::list_models(o);
   ASSERT_TRUE(models.ok()) << models.status().message();
-  EXPECT_EQ(models->front(), "fake-model");
+  EXPECT_EQ(models->front().id, "fake-model");
+  EXPECT_EQ(models->front().max_model_len, 512);
 
   auto reqs = requests(8, 5);
   std::atomic<int> calls{0}, last_done{-1};

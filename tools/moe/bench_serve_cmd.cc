@@ -10,8 +10,10 @@
 //       --num-prompts 100 --request-rate 4 --max-concurrency 16 --result-json r.json
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -50,7 +52,7 @@ struct BenchServeFlags {
   std::vector<std::string> goodput;
   std::string percentiles = "50,90,99";
   std::string percentile_metrics = "ttft,tpot,itl,e2el";
-  int max_model_len = 512;
+  int max_model_len = 0;  // 0: the server's (/v1/models "max_model_len"), else 512
   int sharegpt_output_len = 0;  // 0: from the data
   int default_output_len = 128;
   std::string tokenizer;
@@ -92,35 +94,34 @@ int run_bench_serve(BenchServeFlags f) {
   if (!metric_names.ok()) return fail(metric_names.status().message());
   StatusOr<sb::DatasetFormat> format = sb::parse_dataset_format(f.dataset_format);
   if (!format.ok()) return fail(format.status().message());
-  if (f.max_model_len < 8) return fail("--max-model-len must be >= 8, got " + std::to_string(f.max_model_len));
+  if (f.max_model_len != 0 && f.max_model_len < 8) {
+    return fail("--max-model-len must be >= 8, got " + std::to_string(f.max_model_len));
+  }
+  StatusOr<sb::DatasetFormat> resolved = sb::resolve_dataset_format(f.dataset, *format);
+  if (!resolved.ok()) return fail(resolved.status().message());
+  if (!std::ifstream(f.dataset)) return fail("--dataset: cannot open '" + f.dataset + "': " + std::strerror(errno));
   if (!(f.bytes_per_token > 0) || !std::isfinite(f.bytes_per_token)) return fail("--bytes-per-token must be > 0");
   if (!(f.temperature >= 0) || !std::isfinite(f.temperature)) return fail("--temperature must be >= 0");
   if (!(f.connect_timeout > 0) || !(f.request_timeout > 0)) return fail("--connect-timeout and --request-timeout must be > 0");
 
+  if (f.sharegpt_output_len < 0) return fail("--sharegpt-output-len must be >= 1");
+  if (f.default_output_len < 1) return fail("--default-output-len must be >= 1");
+  if (!(f.trace_time_scale > 0) || !std::isfinite(f.trace_time_scale)) return fail("--trace-time-scale must be > 0");
+  if (!(f.trace_token_scale > 0) || !std::isfinite(f.trace_token_scale)) return fail("--trace-token-scale must be > 0");
+
   // Token counting: the server's own tokenizer when given (exact, as vLLM's
   // --tokenizer), else the byte-length estimate.
-  sb::DatasetOptions dopt;
-  dopt.num_prompts = f.num_prompts;
-  dopt.seed = static_cast<uint64_t>(f.seed);
-  dopt.max_model_len = f.max_model_len;
-  if (f.sharegpt_output_len > 0) dopt.fixed_output_len = f.sharegpt_output_len;
-  if (f.sharegpt_output_len < 0) return fail("--sharegpt-output-len must be >= 1");
-  dopt.default_output_len = f.default_output_len;
-  dopt.trace_time_scale = f.trace_time_scale;
-  dopt.trace_token_scale = f.trace_token_scale;
+  sb::TokenCounter count_tokens;
   std::shared_ptr<Tokenizer> tokenizer;
   if (!f.tokenizer.empty()) {
     StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::load(f.tokenizer);
     if (!tok.ok()) return fail("--tokenizer: " + tok.status().message());
     tokenizer = std::move(tok).value();
-    dopt.count_tokens = [tokenizer](std::string_view t) { return static_cast<int>(tokenizer->encode(std::string(t)).size()); };
+    count_tokens = [tokenizer](std::string_view t) { return static_cast<int>(tokenizer->encode(std::string(t)).size()); };
   } else {
     const double bpt = f.bytes_per_token;
-    dopt.count_tokens = [bpt](std::string_view t) { return sb::estimate_tokens(t, bpt); };
+    count_tokens = [bpt](std::string_view t) { return sb::estimate_tokens(t, bpt); };
   }
-  StatusOr<sb::Dataset> ds = sb::load_dataset(f.dataset, *format, dopt);
-  if (!ds.ok()) return fail(ds.status().message());
-  std::printf("%s\n", ds->summary.c_str());
 
   sb::ClientOptions copt;
   copt.base = *base;
@@ -137,12 +138,42 @@ int run_bench_serve(BenchServeFlags f) {
 
   // Reachability (and the default model) before the run: an unreachable server is an
   // error after the connect timeout, not a benchmark of failures.
-  StatusOr<std::vector<std::string>> models = sb::list_models(copt);
+  StatusOr<std::vector<sb::ServedModel>> models = sb::list_models(copt);
   if (!models.ok()) {
     if (models.status().code() == StatusCode::kUnavailable || f.model.empty()) return fail(models.status().message());
     std::fprintf(stderr, "warning: %s; using --model %s\n", models.status().message().c_str(), f.model.c_str());
   }
-  if (copt.model.empty()) copt.model = models->front();
+  if (copt.model.empty()) copt.model = models->front().id;
+  // The context to fit requests into: the flag, else what the server reports (vLLM's
+  // /v1/models has max_model_len), else 512 (the shipped model's).
+  int max_model_len = f.max_model_len;
+  const char* max_model_len_from = "--max-model-len";
+  if (max_model_len == 0 && models.ok()) {
+    for (const sb::ServedModel& sm : *models) {
+      if (sm.id == copt.model && sm.max_model_len > 0) {
+        max_model_len = sm.max_model_len;
+        max_model_len_from = "the server";
+      }
+    }
+  }
+  if (max_model_len == 0) {
+    max_model_len = 512;
+    max_model_len_from = "default";
+  }
+
+  sb::DatasetOptions dopt;
+  dopt.num_prompts = f.num_prompts;
+  dopt.seed = static_cast<uint64_t>(f.seed);
+  dopt.max_model_len = max_model_len;
+  if (f.sharegpt_output_len > 0) dopt.fixed_output_len = f.sharegpt_output_len;
+  dopt.default_output_len = f.default_output_len;
+  dopt.trace_time_scale = f.trace_time_scale;
+  dopt.trace_token_scale = f.trace_token_scale;
+  dopt.count_tokens = count_tokens;
+  StatusOr<sb::Dataset> ds = sb::load_dataset(f.dataset, *resolved, dopt);
+  if (!ds.ok()) return fail(ds.status().message());
+  std::printf("%s\n", ds->summary.c_str());
+  std::printf("Max model length: %d (%s)\n", max_model_len, max_model_len_from);
 
   std::vector<double> arrivals;
   const bool replay = ds->has_arrivals && !f.request_rate_given;
@@ -190,6 +221,16 @@ int run_bench_serve(BenchServeFlags f) {
   if (m.failed > 0) {
     std::fprintf(stderr, "%d of %zu requests failed; the first (request %d): %s\n", m.failed, run.outputs.size(),
                  m.first_error_index, m.first_error.c_str());
+    int too_long = 0;
+    for (const sb::RequestOutput& o : run.outputs) {
+      if (!o.success && o.error.find("context length") != std::string::npos) ++too_long;
+    }
+    if (too_long > 0 && f.tokenizer.empty()) {
+      std::fprintf(stderr,
+                   "note: %d requests did not fit the server's context: the byte estimate of their prompt length "
+                   "was short; --tokenizer MODEL_DIR counts tokens exactly\n",
+                   too_long);
+    }
   }
 
   if (!f.result_json.empty()) {
@@ -209,7 +250,7 @@ int run_bench_serve(BenchServeFlags f) {
     j["request_rate"] = replay ? nlohmann::json("trace") : std::isinf(*rate) ? nlohmann::json("inf") : nlohmann::json(*rate);
     j["burstiness"] = f.burstiness;
     j["max_concurrency"] = f.max_concurrency > 0 ? nlohmann::json(f.max_concurrency) : nlohmann::json(nullptr);
-    j["max_model_len"] = f.max_model_len;
+    j["max_model_len"] = max_model_len;
     j["seed"] = f.seed;
     j["ignore_eos"] = f.ignore_eos;
     j["percentiles"] = *percentiles;
@@ -260,8 +301,8 @@ RunFn add_bench_serve_command(CLI::App& cmd) {
   cmd.add_option("--percentile-metrics", f->percentile_metrics, "Metrics to report: ttft,tpot,itl,e2el")
       ->capture_default_str();
   cmd.add_option("--max-model-len", f->max_model_len,
-                 "Context of the served model: ShareGPT pairs longer are dropped, trace lengths clamped")
-      ->capture_default_str();
+                 "Context of the served model: ShareGPT pairs longer are dropped, trace lengths clamped "
+                 "(default: the server's /v1/models max_model_len, else 512)");
   cmd.add_option("--sharegpt-output-len", f->sharegpt_output_len, "Fixed max_tokens for ShareGPT requests");
   cmd.add_option("--default-output-len", f->default_output_len,
                  "max_tokens for ShareGPT conversations without a gpt turn")

@@ -142,7 +142,7 @@ RequestOutput send_request(const ClientOptions& o, const SampleRequest& r, Clock
   return out;
 }
 
-StatusOr<std::vector<std::string>> list_models(const ClientOptions& o) {
+StatusOr<std::vector<ServedModel>> list_models(const ClientOptions& o) {
   const std::string url = o.base.origin + o.base.prefix + "/v1/models";
   try {
     httplib::Client cli(o.base.origin);
@@ -155,10 +155,14 @@ StatusOr<std::vector<std::string>> list_models(const ClientOptions& o) {
       return failed_precondition("GET " + url + ": HTTP " + std::to_string(res->status) + ": " + shorten(res->body));
     }
     nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
-    std::vector<std::string> ids;
+    std::vector<ServedModel> ids;
     if (j.is_object() && j.contains("data") && j["data"].is_array()) {
       for (const auto& m : j["data"]) {
-        if (m.is_object() && m.contains("id") && m["id"].is_string()) ids.push_back(m["id"].get<std::string>());
+        if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
+        ServedModel sm;
+        sm.id = m["id"].get<std::string>();
+        if (auto it = m.find("max_model_len"); it != m.end() && it->is_number_integer()) sm.max_model_len = it->get<int>();
+        ids.push_back(std::move(sm));
       }
     }
     if (ids.empty()) return data_loss("GET " + url + ": no model in the answer '" + shorten(res->body, 200) + "'");

@@ -48,10 +48,15 @@ nlohmann::json request_body(const ClientOptions& options, const SampleRequest& r
 RequestOutput send_request(const ClientOptions& options, const SampleRequest& request,
                            std::chrono::steady_clock::time_point t0);
 
-// GET <base>/v1/models: the served model ids. Unavailable (naming the URL and the
-// transport error) when the server cannot be reached within the connect timeout;
-// FailedPrecondition on an HTTP error status, DataLoss on an answer without models.
-StatusOr<std::vector<std::string>> list_models(const ClientOptions& options);
+// GET <base>/v1/models: the served models, with vLLM's "max_model_len" when the
+// server reports it. Unavailable (naming the URL and the transport error) when the
+// server cannot be reached within the connect timeout; FailedPrecondition on an HTTP
+// error status, DataLoss on an answer without models.
+struct ServedModel {
+  std::string id;
+  int max_model_len = 0;  // 0: not reported
+};
+StatusOr<std::vector<ServedModel>> list_models(const ClientOptions& options);
 
 // done / failed so far, of total, seconds since the start.
 using ProgressFn = std::function<void(int done, int failed, int total, double elapsed_s)>;

@@ -313,24 +313,23 @@ StatusOr<Dataset> parse_trace_csv(std::string_view csv_text, const std::string& 
   return ds;
 }
 
+StatusOr<DatasetFormat> resolve_dataset_format(const std::string& path, DatasetFormat format) {
+  if (format != DatasetFormat::kAuto) return format;
+  auto ends_with = [&](const char* suffix) {
+    const size_t n = std::strlen(suffix);
+    if (path.size() < n) return false;
+    std::string tail = path.substr(path.size() - n);
+    std::transform(tail.begin(), tail.end(), tail.begin(), [](unsigned char c) { return std::tolower(c); });
+    return tail == suffix;
+  };
+  if (ends_with(".json")) return DatasetFormat::kShareGpt;
+  if (ends_with(".csv")) return DatasetFormat::kTrace;
+  return invalid_argument("--dataset: cannot tell the format of '" + path +
+                          "' from its extension (.json: ShareGPT, .csv: trace); pass --dataset-format");
+}
+
 StatusOr<Dataset> load_dataset(const std::string& path, DatasetFormat format, const DatasetOptions& options) {
-  if (format == DatasetFormat::kAuto) {
-    auto ends_with = [&](const char* suffix) {
-      const size_t n = std::strlen(suffix);
-      if (path.size() < n) return false;
-      std::string tail = path.substr(path.size() - n);
-      std::transform(tail.begin(), tail.end(), tail.begin(), [](unsigned char c) { return std::tolower(c); });
-      return tail == suffix;
-    };
-    if (ends_with(".json")) {
-      format = DatasetFormat::kShareGpt;
-    } else if (ends_with(".csv")) {
-      format = DatasetFormat::kTrace;
-    } else {
-      return invalid_argument("--dataset: cannot tell the format of '" + path +
-                              "' from its extension (.json: ShareGPT, .csv: trace); pass --dataset-format");
-    }
-  }
+  MOE_ASSIGN_OR_RETURN(format, resolve_dataset_format(path, format));
   std::ifstream f(path, std::ios::binary);
   if (!f) return not_found("--dataset: cannot open '" + path + "': " + std::strerror(errno));
   std::ostringstream buf;

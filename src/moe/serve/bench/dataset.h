@@ -78,6 +78,9 @@ struct Dataset {
 
 StatusOr<Dataset> parse_sharegpt(std::string_view json_text, const std::string& name, const DatasetOptions& options);
 StatusOr<Dataset> parse_trace_csv(std::string_view csv_text, const std::string& name, const DatasetOptions& options);
+// kAuto -> the format by extension (.json: ShareGPT, .csv: trace); InvalidArgument
+// for another extension. Other formats are returned as they are.
+StatusOr<DatasetFormat> resolve_dataset_format(const std::string& path, DatasetFormat format);
 // Reads `path`; kAuto picks by extension (.json: ShareGPT, .csv: trace).
 StatusOr<Dataset> load_dataset(const std::string& path, DatasetFormat format, const DatasetOptions& options);
 
