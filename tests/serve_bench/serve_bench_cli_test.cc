@@ -50,6 +50,7 @@ TEST(ServeBenchCli, ShareGptRunPrintsTableAndWritesJson) {
   EXPECT_CONTAINS(r.output, "P99 ITL (ms):");
   EXPECT_CONTAINS(r.output, "Model: fake-model at " + server.url() + "/v1/completions");
   EXPECT_CONTAINS(r.output, "Traffic request rate: inf");
+  EXPECT_CONTAINS(r.output, "Burstiness factor: 1.0 (Poisson process)");
   // progress on stderr (not a terminal here): whole lines, no carriage returns
   EXPECT_CONTAINS(r.output, "4/4 requests done (0 failed)");
   EXPECT_EQ(r.output.find('\r'), std::string::npos);
@@ -76,7 +77,7 @@ TEST(ServeBenchCli, TraceReplayAndChat) {
                              sh_quote(fixture("trace_small.csv")) +
                              " --num-prompts 4 --trace-time-scale 100 --trace-token-scale 0.05 --disable-progress"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_CONTAINS(r.output, "Traffic: trace arrival times (time scale 100)");
+  EXPECT_CONTAINS(r.output, "Traffic: trace arrival times (time scale 100.0)");
   EXPECT_CONTAINS(r.output, "Successful requests:                     4 ");
   EXPECT_EQ(r.output.find("requests done"), std::string::npos);
   // output lengths 20, 300, 5, 400 scaled by 0.05: 1, 15, 1 (rounded from 0.25, at least 1), 20

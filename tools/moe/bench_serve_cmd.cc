@@ -67,9 +67,23 @@ struct BenchServeFlags {
   bool disable_progress = false;
 };
 
+// A double as Python prints a float (vLLM's header lines): 40.0, 0.5, 1e-05.
 std::string num(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof(buf), "%.1f", v);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    // the shortest form that reads back the same
+    for (int prec = 1; prec <= 17; ++prec) {
+      char t[32];
+      std::snprintf(t, sizeof(t), "%.*g", prec, v);
+      if (std::strtod(t, nullptr) == v) {
+        std::snprintf(buf, sizeof(buf), "%s", t);
+        break;
+      }
+    }
+  }
   return buf;
 }
 
