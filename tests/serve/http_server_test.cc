@@ -345,6 +345,7 @@ TEST_F(HttpServerTest, ApiKeys) {
 
 TEST_F(HttpServerTest, RateLimitAnswers429WithRetryAfter) {
   ServerOptions o;
+  o.api_keys = {"k1", "k2"};
   o.rate_limits.requests_per_second = 1;
   o.rate_limits.tokens_per_minute = 100;
   double now = 0;
@@ -373,6 +374,18 @@ TEST_F(HttpServerTest, RateLimitAnswers429WithRetryAfter) {
   EXPECT_EQ(tokens->get_header_value("Retry-After"), "1");
   EXPECT_EQ(completion(small, k1)->status, 200);
   expect_alive();
+}
+
+TEST_F(HttpServerTest, RateLimitWithoutKeysIsPerClientAddress) {
+  ServerOptions o;
+  o.rate_limits.requests_per_second = 0.01;
+  start(o);
+  const json small = {{"model", "fake"}, {"prompt", "a"}, {"max_tokens", 1}};
+  EXPECT_EQ(completion(small)->status, 200);
+  // A made-up bearer token does not buy a fresh bucket.
+  auto limited = completion(small, {{"Authorization", "Bearer fresh"}});
+  expect_error(limited, 429);
+  EXPECT_EQ(limited->get_header_value("Retry-After"), "100");
 }
 
 TEST_F(HttpServerTest, ClientDisconnectCancelsStreamedRequest) {
@@ -405,6 +418,19 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsNonStreamedRequest) {
   EXPECT_TRUE(eventually([&] { return service_.cancelled().size() == 1; }));
   service_.set_hold(false);
   expect_alive();
+}
+
+TEST_F(HttpServerTest, ClientDisconnectCancelsNonStreamedRequestWhileTokensFlow) {
+  start();
+  service_.step_delay_ms = 10;  // 50 tokens: ~0.5 s unless cancelled
+  {
+    RawConnection conn(server_->port());
+    ASSERT_TRUE(conn.connected());
+    conn.send(post_request("/v1/completions",
+                           R"({"model":"fake","prompt":")" + std::string(60, 'w') + R"(","max_tokens":50})"));
+    EXPECT_NE(conn.read_until("\r\n\r\n").find("200 OK"), std::string::npos);
+  }
+  EXPECT_TRUE(eventually([&] { return service_.cancelled().size() == 1; }, std::chrono::milliseconds(300)));
 }
 
 TEST_F(HttpServerTest, EngineErrorEndsResponses) {

@@ -112,6 +112,7 @@ struct PendingResponse {
   ResponseStream body;
   bool begun = false;
   std::vector<TimedEvent> events;
+  Clock::time_point last_client_check = Clock::now();
 };
 
 }  // namespace
@@ -204,9 +205,10 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
     r.seq.max_tokens = std::max(1, std::min(limits.max_tokens_limit, context - prompt_tokens));
   }
   if (limiter.enabled()) {
-    const std::string token = bearer_token(req);
-    const auto d = limiter.try_acquire(token.empty() ? "addr:" + req.remote_addr : "key:" + token,
-                                       static_cast<int64_t>(prompt_tokens) + r.seq.max_tokens);
+    // Per API key; without keys configured, per client address (a made-up bearer token
+    // must not buy a fresh bucket).
+    const std::string key = options.api_keys.empty() ? "addr:" + req.remote_addr : "key:" + bearer_token(req);
+    const auto d = limiter.try_acquire(key, static_cast<int64_t>(prompt_tokens) + r.seq.max_tokens);
     if (!d.allowed) {
       const int64_t secs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(d.retry_after_seconds)));
       res.set_header("Retry-After", std::to_string(secs));
@@ -255,9 +257,14 @@ bool HttpServer::Impl::pump(PendingResponse& p, httplib::DataSink& sink) {
       out = p.body.on_events(p.events);
     } else if (!open) {
       out = p.body.on_closed();
-    } else if (!sink.is_writable()) {
-      return false;  // the client went away; release() cancels the request
     }
+  }
+  // A non-streamed response writes nothing until the end, and events may keep coming:
+  // check the client every poll interval whatever happens.
+  const Clock::time_point now = Clock::now();
+  if (!p.body.finished() && now - p.last_client_check >= std::chrono::milliseconds(options.client_poll_ms)) {
+    p.last_client_check = now;
+    if (!sink.is_writable()) return false;  // the client went away; release() cancels the request
   }
   if (p.body.failed()) return false;
   if (!out.empty() && !sink.write(out.data(), out.size())) return false;

@@ -8,7 +8,7 @@
 // Other paths: 404; another method on a known path: 405 with Allow. Errors are OpenAI
 // error JSON (openai_protocol.h). With api_keys, /v1/* needs "Authorization: Bearer
 // KEY" (401 otherwise). Rate limits (rate_limiter.h) answer 429 with Retry-After
-// (whole seconds), keyed by the bearer token, else the client address. Bodies above
+// (whole seconds), per API key (per client address when no keys are configured). Bodies above
 // max_body_bytes: 413. Failures of GenerationService::submit(): InvalidArgument -> 400,
 // Unavailable -> 503, others -> 500.
 //
