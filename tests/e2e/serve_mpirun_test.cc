@@ -58,6 +58,27 @@ TEST(ServeMpirun, TwoRanksServeTheSameTextAsOneProcess) {
   EXPECT_EQ(last.finish_reason, "length");
 }
 
+// Live rebalancing while serving: every 8 steps the planner moves experts between the
+// ranks (5 slots per rank: replicas of hot experts); the texts stay those of one process.
+TEST(ServeMpirun, LiveRebalancingKeepsTheText) {
+  const auto prompts = testing::serve_prompts(12);
+  std::vector<std::string> alone;
+  for (const auto& p : prompts) alone.push_back(testing::generate_text(p, 24));
+  ServeProcess server({"--ep", "2", "--threads", "1", "--rebalance-every", "8", "--rebalance-min-gain", "0",
+                       "--slots-per-rank", "5"},
+                      /*mpirun_np=*/2, /*log_level=*/"info");
+  ASSERT_GT(server.port(), 0) << server.log();
+  std::vector<std::future<testing::Streamed>> futures;
+  for (const auto& p : prompts) {
+    futures.push_back(std::async(std::launch::async, [&, p] {
+      return testing::stream_completion("127.0.0.1", server.port(), p, 24);
+    }));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(futures[i].get().text, alone[i]) << prompts[i];
+  EXPECT_NE(server.log().find("rebalanced: "), std::string::npos) << server.log();
+  EXPECT_EQ(server.terminate(60, server.rank0_pid()), 0) << server.log();
+}
+
 // SIGTERM to mpirun: forwarded to the ranks; the workers ignore it and rank 0 drains, so
 // a request in flight still completes.
 TEST(ServeMpirun, SigtermToMpirunDrainsInFlightRequests) {

@@ -27,12 +27,16 @@ class ServeProcess {
  public:
   // `args`: the moe serve flags after `serve` (--port 0 is added). `mpirun_np` > 0
   // runs it under mpirun with that many ranks.
-  explicit ServeProcess(const std::vector<std::string>& args, int mpirun_np = 0) {
+  explicit ServeProcess(const std::vector<std::string>& args, int mpirun_np = 0, const std::string& log_level = "") {
     std::vector<std::string> argv;
     if (mpirun_np > 0) {
       argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(mpirun_np)};
     }
     argv.push_back(moe_binary());
+    if (!log_level.empty()) {
+      argv.push_back("--log-level");
+      argv.push_back(log_level);
+    }
     argv.push_back("serve");
     argv.push_back("--port");
     argv.push_back("0");

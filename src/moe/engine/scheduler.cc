@@ -12,6 +12,7 @@
 #include "moe/core/logging.h"
 #include "moe/engine/engine_impl.h"
 #include "moe/engine/paged_kv_cache.h"
+#include "moe/engine/rebalancer.h"
 #include "moe/engine/sampler.h"
 
 namespace moe {
@@ -85,6 +86,10 @@ struct Scheduler::State {
   void emit(Seq& s, bool finished, const std::string& reason, size_t cut = std::string::npos);
   Status step();
   void publish();
+  // Live rebalancing (EngineOptions::rebalance_every) at a step boundary, as generate()
+  // does it: a failed migration keeps the old placement; only a broken communicator is
+  // an error.
+  Status maybe_rebalance();
 };
 
 Scheduler::Scheduler(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -339,6 +344,17 @@ Status Scheduler::State::step() {
   return ok_status();
 }
 
+Status Scheduler::State::maybe_rebalance() {
+  if (impl->rebalance_every <= 0 || impl->comm == nullptr || ++impl->decode_steps % impl->rebalance_every != 0) {
+    return ok_status();
+  }
+  int64_t header[2] = {kEpHeaderRebalance, 0};
+  MOE_RETURN_IF_ERROR(impl->comm->broadcast(header, sizeof(header), 0));
+  Status st = rebalance(impl);
+  if (!st.ok() && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) return st;
+  return ok_status();
+}
+
 void Scheduler::State::publish() {
   std::lock_guard<std::mutex> lock(snap_mu);
   snap.running = static_cast<int>(running.size());
@@ -409,6 +425,7 @@ Status Scheduler::run() {
     }
     result = st.step();
     st.publish();
+    if (result.ok()) result = st.maybe_rebalance();
     if (!result.ok()) {
       MOE_LOG_ERROR("scheduler: engine step failed, failing {} requests: {}", st.running.size() + st.waiting.size(),
                     result.message());
