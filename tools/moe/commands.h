@@ -14,6 +14,7 @@ using RunFn = std::function<int()>;
 RunFn add_generate_command(CLI::App& parent);
 RunFn add_serve_command(CLI::App& parent);
 RunFn add_bench_generate_command(CLI::App& bench);
+RunFn add_bench_batch_command(CLI::App& bench);
 RunFn add_bench_a2a_command(CLI::App& bench);
 RunFn add_bench_moe_layer_command(CLI::App& bench);
 RunFn add_bench_capacity_command(CLI::App& bench);

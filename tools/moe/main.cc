@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   auto* bench_generate = bench->add_subcommand("generate", "Prefill and decode tokens/s vs the memory-bandwidth bound");
   auto run_bench_generate = moe::cli::add_bench_generate_command(*bench_generate);
+  auto* bench_batch =
+      bench->add_subcommand("batch", "Continuous-batching engine alone: decode tokens/s vs requests in the batch");
+  auto run_bench_batch = moe::cli::add_bench_batch_command(*bench_batch);
   auto* bench_a2a = bench->add_subcommand("a2a", "EP dispatch+combine vs plain MPI_Alltoallv and memcpy (under mpirun)");
   auto run_bench_a2a = moe::cli::add_bench_a2a_command(*bench_a2a);
   auto* bench_moe_layer =
@@ -90,6 +93,7 @@ int main(int argc, char** argv) {
   if (generate->parsed()) return run_generate();
   if (serve->parsed()) return run_serve();
   if (bench_generate->parsed()) return run_bench_generate();
+  if (bench_batch->parsed()) return run_bench_batch();
   if (bench_a2a->parsed()) return run_bench_a2a();
   if (bench_moe_layer->parsed()) return run_bench_moe_layer();
   if (bench_capacity->parsed()) return run_bench_capacity();

@@ -377,7 +377,8 @@ Status Scheduler::run() {
     bool shutting_down, past_deadline;
     {
       std::unique_lock<std::mutex> lock(st.mu);
-      if (st.running.empty() && st.incoming.empty() && st.cancelled.empty() && !st.shutting_down) {
+      if (st.running.empty() && st.waiting.empty() && st.incoming.empty() && st.cancelled.empty() &&
+          !st.shutting_down) {
         // Idle: sleep until a request, a cancel or shutdown arrives.
         st.cv.wait_for(lock, std::chrono::duration<double>(std::min(0.5, st.options.idle_heartbeat_seconds / 2)));
       }
