@@ -31,7 +31,13 @@ struct Seq {
   int64_t cached = 0;       // tokens whose K/V are in the cache
   std::vector<int32_t> blocks;
   std::unique_ptr<Sampler> sampler;
-  std::string prompt_text;  // decode(prompt): continuations are cut from decode(all)
+  // Incremental detokenization (as Hugging Face TGI / vLLM do): `text` is the
+  // continuation so far; tokens [prefix_offset, read_offset) are the already-decoded
+  // context whose decoded text is cut off the decode of [prefix_offset, end), so a
+  // first word keeps its leading space and each step decodes a few tokens, not the
+  // whole sequence.
+  std::string text;
+  size_t prefix_offset = 0, read_offset = 0;
   size_t emitted = 0;       // bytes of the continuation sent
   size_t tokens_sent = 0;   // output tokens sent
   std::vector<float> logits;
@@ -84,6 +90,7 @@ struct Scheduler::State {
   // the blocks; the caller drops the sequence.
   void finish(Seq& s, const std::string& reason, const std::string& error = {}, size_t cut = std::string::npos);
   void emit(Seq& s, bool finished, const std::string& reason, size_t cut = std::string::npos);
+  void detokenize(Seq& s, bool flush);
   Status step();
   void publish();
   // Live rebalancing (EngineOptions::rebalance_every) at a step boundary, as generate()
@@ -175,7 +182,8 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
                             std::to_string(st.allocator->total_blocks() * st.options.kv_block_size) +
                             " the server has in all: it can never fit");
   }
-  seq->prompt_text = impl.tokenizer->decode(seq->tokens);
+  seq->read_offset = seq->tokens.size();
+  seq->prefix_offset = seq->read_offset - std::min<size_t>(seq->read_offset, 5);
   const uint64_t seed = req.sampling.seed ? *req.sampling.seed : std::random_device{}();
   seq->sampler = std::make_unique<Sampler>(req.sampling.temperature, req.sampling.top_k, req.sampling.top_p, seed);
   seq->req = std::move(req);
@@ -222,18 +230,33 @@ int Scheduler::count_tokens(const std::string& text) const {
   return static_cast<int>(state_->impl->tokenizer->encode(text).size());
 }
 
-// Sends what the sequence has produced since the last event. The continuation is
-// decode(prompt + output) minus decode(prompt) (so a first word keeps its leading space,
-// as vLLM's incremental detokenizer does); while running, a trailing partial UTF-8
-// character and a possible start of a stop string are held back.
-void Scheduler::State::emit(Seq& s, bool finished, const std::string& reason, size_t cut) {
-  const std::string full = impl->tokenizer->decode(s.tokens);
-  std::string cont = full.size() >= s.prompt_text.size() ? full.substr(s.prompt_text.size()) : std::string();
-  size_t stable = std::min(cont.size(), cut);
-  if (!finished) {
-    stable -= unstable_suffix(cont);
-    stable -= std::min(stable, stop_prefix_holdback(cont.substr(0, stable), s.emitted, s.req.stop));
+// Appends the text of newly generated tokens to s.text. While a character is still
+// incomplete (the decode ends in U+FFFD from a partial byte-fallback sequence) the
+// tokens wait, unless `flush` (the sequence ends).
+void Scheduler::State::detokenize(Seq& s, bool flush) {
+  if (s.read_offset >= s.tokens.size()) return;
+  auto window = [&](size_t end) {
+    return impl->tokenizer->decode(std::vector<int>(s.tokens.begin() + static_cast<long>(s.prefix_offset),
+                                                    s.tokens.begin() + static_cast<long>(end)));
+  };
+  const std::string prefix_text = window(s.read_offset);
+  const std::string new_text = window(s.tokens.size());
+  if (new_text.size() > prefix_text.size() && (flush || unstable_suffix(new_text) == 0)) {
+    s.text += new_text.substr(prefix_text.size());
+    s.prefix_offset = s.read_offset;
+    s.read_offset = s.tokens.size();
+  } else if (flush) {
+    s.read_offset = s.tokens.size();
   }
+}
+
+// Sends what the sequence has produced since the last event; while running, a possible
+// start of a stop string is held back.
+void Scheduler::State::emit(Seq& s, bool finished, const std::string& reason, size_t cut) {
+  if (finished) detokenize(s, /*flush=*/true);
+  const std::string& cont = s.text;
+  size_t stable = std::min(cont.size(), cut);
+  if (!finished) stable -= std::min(stable, stop_prefix_holdback(cont.substr(0, stable), s.emitted, s.req.stop));
   SeqEvent ev;
   if (stable > s.emitted) ev.text = cont.substr(s.emitted, stable - s.emitted);
   s.emitted = std::max(s.emitted, stable);
@@ -303,6 +326,7 @@ Status Scheduler::State::step() {
     if (segs[i].logits == nullptr) continue;
     const int token = s.sampler->sample(s.logits.data(), impl->config.vocab_size);
     s.tokens.push_back(token);
+    detokenize(s, /*flush=*/false);
     ++generated;
   }
   // Finished sequences leave the batch now (their blocks are free for the next step).
@@ -316,8 +340,7 @@ Status Scheduler::State::step() {
     }
     bool stopped = false;
     if (!s.req.stop.empty()) {
-      const std::string full = impl->tokenizer->decode(s.tokens);
-      const std::string cont = full.size() >= s.prompt_text.size() ? full.substr(s.prompt_text.size()) : std::string();
+      const std::string& cont = s.text;
       size_t cut = std::string::npos;
       for (const std::string& stop : s.req.stop) {
         const size_t from = s.emitted >= stop.size() ? s.emitted - stop.size() + 1 : 0;
