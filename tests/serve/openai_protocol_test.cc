@@ -69,6 +69,9 @@ TEST(OpenAiProtocol, CompletionFields) {
 
 TEST(OpenAiProtocol, PromptForms) {
   OpenAiRequest r;
+  // Without 'model': the served one (as vLLM).
+  ASSERT_FALSE(parse(kCmpl, R"({"prompt":"hi"})", &r));
+  EXPECT_EQ(r.model, "m");
   ASSERT_FALSE(parse(kCmpl, R"({"model":"m","prompt":[1,2,49]})", &r));
   EXPECT_EQ(r.seq.prompt_token_ids, (std::vector<int>{1, 2, 49}));
   ASSERT_FALSE(parse(kCmpl, R"({"model":"m","prompt":[[3,4]]})", &r));
@@ -91,7 +94,6 @@ TEST(OpenAiProtocol, BadCompletionFields) {
   expect_bad(kCmpl, R"({"model":"m","prompt":[-1]})", "prompt");
   expect_bad(kCmpl, R"({"model":"m","prompt":5})", "prompt");
   expect_bad(kCmpl, R"({"model":"m","prompt":{"a":1}})", "prompt");
-  expect_bad(kCmpl, R"({"prompt":"x"})", "model");
   expect_bad(kCmpl, R"({"model":7,"prompt":"x"})", "model");
   expect_bad(kCmpl, R"({"model":"m","prompt":"x","max_tokens":0})", "max_tokens");
   expect_bad(kCmpl, R"({"model":"m","prompt":"x","max_tokens":-5})", "max_tokens");

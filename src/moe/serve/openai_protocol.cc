@@ -284,10 +284,10 @@ std::optional<ApiError> parse_max_tokens(Endpoint endpoint, const json& body, co
 std::optional<ApiError> parse_body(Endpoint endpoint, const json& body, const ProtocolLimits& limits,
                                    OpenAiRequest* out) {
   if (!body.is_object()) return bad("", "the request body must be a JSON object, not " + type_name(body));
+  // 'model' may be left out (as vLLM and llama.cpp's server allow): the served model.
   const json* model = field(body, "model");
-  if (!model) return bad("model", "'model' is required");
-  if (!model->is_string()) return wrong_type("model", *model, "a string");
-  out->model = model->get<std::string>();
+  if (model && !model->is_string()) return wrong_type("model", *model, "a string");
+  out->model = model ? model->get<std::string>() : limits.served_model_name;
   if (out->model != limits.served_model_name) {
     ApiError e;
     e.http_status = 404;

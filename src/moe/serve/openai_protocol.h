@@ -40,7 +40,7 @@ struct ChatMessage {
 
 // What the server allows; used by the validation.
 struct ProtocolLimits {
-  std::string served_model_name;  // `model` must equal it (else 404 model_not_found)
+  std::string served_model_name;  // `model` must equal it (else 404 model_not_found); absent = this
   int max_tokens_limit = 0;       // max_tokens above it is a 400; must be >= 1
   int vocab_size = 0;             // token-id prompts must be in [0, vocab_size); 0 = unchecked
 };
