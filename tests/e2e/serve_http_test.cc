@@ -122,5 +122,49 @@ TEST(ServeHttp, ThirtyTwoConcurrentStreamsMatchAlone) {
   EXPECT_EQ(server.terminate(), 0) << server.log();
 }
 
+// Bad requests against the real engine: an OpenAI-style error with the right status,
+// the server stays up, and a stream in flight meanwhile gets exactly its lone text.
+TEST(ServeHttp, BadRequestsGetErrorsAndDisturbNothing) {
+  ServeProcess server({"--threads", "1", "--max-body-bytes", "4096", "--max-tokens-limit", "256"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  const std::string prompt = "KING LEAR:\nBlow, winds, and crack your cheeks!";
+  const std::string alone = testing::stream_completion("127.0.0.1", server.port(), prompt, 200, true).text;
+  auto in_flight = std::async(std::launch::async, [&] {
+    return testing::stream_completion("127.0.0.1", server.port(), prompt, 200, true);
+  });
+  httplib::Client cli("127.0.0.1", server.port());
+  auto post = [&](const std::string& path, const std::string& body) {
+    return cli.Post(path.c_str(), body, "application/json");
+  };
+  auto expect_error = [&](const httplib::Result& r, int status, const std::string& words) {
+    ASSERT_TRUE(r) << words;
+    EXPECT_EQ(r->status, status) << r->body;
+    const auto j = nlohmann::json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(words), std::string::npos) << r->body;
+  };
+  std::string long_prompt;
+  for (int i = 0; i < 600; ++i) long_prompt += "and ";  // about 600 tokens
+  expect_error(post("/v1/completions", nlohmann::json{{"prompt", long_prompt}, {"max_tokens", 100}}.dump()), 400,
+               "maximum context length is 512");
+  expect_error(post("/v1/completions", R"({"prompt":"x","max_tokens":0})"), 400, "max_tokens");
+  expect_error(post("/v1/completions", R"({"prompt":"x","max_tokens":300})"), 400, "max_tokens");
+  expect_error(post("/v1/completions", "{\"prompt\":\"\xff\xfe\"}"), 400, "UTF-8");
+  expect_error(post("/v1/completions", R"({"prompt": "x",)"), 400, "");
+  expect_error(post("/v1/completions", R"({"prompt": 3})"), 400, "prompt");
+  expect_error(post("/v1/completions", R"({"model":"gpt-4","prompt":"x"})"), 404, "gpt-4");
+  expect_error(post("/v1/chat/completions", R"({"messages":[]})"), 400, "messages");
+  expect_error(post("/v1/completions", std::string(5000, ' ')), 413, "");
+  expect_error(cli.Get("/v1/completions"), 405, "");
+  expect_error(cli.Get("/v2/nothing"), 404, "");
+  const testing::Streamed s = in_flight.get();
+  EXPECT_EQ(s.text, alone);
+  EXPECT_EQ(s.finish_reason, "length");
+  auto ok = post("/v1/completions", R"({"prompt":"ROMEO:","max_tokens":8,"temperature":0})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(server.terminate(), 0) << server.log();
+}
+
 }  // namespace
 }  // namespace moe
