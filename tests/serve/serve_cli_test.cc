@@ -1,17 +1,9 @@
 // `moe serve` flags: every bad value is refused before serving, with a message naming
 // the flag (exit 1; parser errors exit 2); a busy port is an error; the shipped model
 // serves /health and stops on SIGTERM with exit status 0.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <fstream>
-#include <regex>
-#include <thread>
-
 #include <gtest/gtest.h>
 
+#include "e2e/serve_process.h"
 #include "test_util.h"
 
 namespace moe {
@@ -52,59 +44,8 @@ TEST(ServeCli, BadFlagValuesNameTheFlag) {
   }
 }
 
-// Starts `moe serve --port 0` in the background; reads the port from its stderr line.
-class ServeChild {
- public:
-  explicit ServeChild(const std::string& extra) {
-    log_ = testing::make_temp_dir("serve_cli") + "/log.txt";
-    pid_ = fork();
-    if (pid_ == 0) {
-      const std::string cmd = "exec " + testing::moe_binary() + " serve --threads 1 --port 0 " + extra + " > " +
-                              log_ + " 2>&1";
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const std::regex re("serving tiny-mixtral-shakespeare on http://127\\.0\\.0\\.1:([0-9]+)");
-    for (int i = 0; i < 300 && port_ == 0; ++i) {
-      std::smatch m;
-      const std::string text = log();
-      if (std::regex_search(text, m, re)) port_ = std::stoi(m[1].str());
-      if (port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  ~ServeChild() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  int port() const { return port_; }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  // SIGTERM; the exit status (-1 on a signal or after 20 s).
-  int terminate() {
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 400; ++i) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::string log_;
-};
-
 TEST(ServeCli, ServesHealthAndStopsOnSigterm) {
-  ServeChild server("");
+  testing::ServeProcess server({"--threads", "1"});
   ASSERT_GT(server.port(), 0) << server.log();
   const std::string url = "http://127.0.0.1:" + std::to_string(server.port());
   auto health = testing::run_command("curl -s -S " + url + "/health");
