@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 #include <future>
+#include <regex>
+#include <thread>
 
 #include "serve_process.h"
 
@@ -163,6 +165,44 @@ TEST(ServeHttp, BadRequestsGetErrorsAndDisturbNothing) {
   auto ok = post("/v1/completions", R"({"prompt":"ROMEO:","max_tokens":8,"temperature":0})");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(server.terminate(), 0) << server.log();
+}
+
+// A client that goes away mid-stream cancels its request: its KV blocks return to the
+// pool (moe:kv_cache_blocks_used back to 0) and it ends with finish reason "abort".
+TEST(ServeHttp, DisconnectCancelsAndFreesBlocks) {
+  ServeProcess server({"--threads", "1"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  auto metric = [&](const std::string& name) {
+    httplib::Client cli("127.0.0.1", server.port());
+    auto r = cli.Get("/metrics");
+    if (!r) return -1.0;
+    const std::regex re("\n" + name + " ([0-9.e+]+)");
+    std::smatch m;
+    return std::regex_search(r->body, m, re) ? std::stod(m[1].str()) : -1.0;
+  };
+  {
+    httplib::Client cli("127.0.0.1", server.port());
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.headers = {{"Content-Type", "application/json"}};
+    req.body = R"({"prompt":"ROMEO:","max_tokens":500,"ignore_eos":true,"stream":true})";
+    int chunks = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 5; };  // then hang up
+    cli.send(req);
+    EXPECT_GE(chunks, 5);
+  }
+  double used = -1, aborted = -1;
+  for (int i = 0; i < 200; ++i) {
+    used = metric("moe:kv_cache_blocks_used");
+    aborted = metric("moe:request_success_total\\{finished_reason=\"abort\"\\}");
+    if (used == 0 && aborted == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(used, 0);
+  EXPECT_EQ(aborted, 1);
+  EXPECT_GT(metric("moe:kv_cache_blocks_total"), 0);
   EXPECT_EQ(server.terminate(), 0) << server.log();
 }
 

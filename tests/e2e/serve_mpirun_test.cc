@@ -42,8 +42,8 @@ TEST(ServeMpirun, TwoRanksServeTheSameTextAsOneProcess) {
     EXPECT_EQ(s.text, alone[i]) << prompts[i];
   }
   // SIGTERM to rank 0 (the HTTP process): a request in flight finishes, rank 0 stops the
-  // workers, every rank and mpirun exit 0. (SIGTERM to mpirun itself is forwarded to the
-  // ranks and drains the same way, but Open MPI's mpirun then reports exit status 1.)
+  // workers, every rank and mpirun exit 0. (Not to mpirun: Open MPI kills the ranks 1 s
+  // after forwarding a signal.)
   std::atomic<bool> started{false};
   auto in_flight = std::async(std::launch::async, [&] {
     return testing::stream_completion("127.0.0.1", server.port(), "ROMEO:", 480, /*ignore_eos=*/true, &started);
@@ -77,24 +77,6 @@ TEST(ServeMpirun, LiveRebalancingKeepsTheText) {
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(futures[i].get().text, alone[i]) << prompts[i];
   EXPECT_NE(server.log().find("rebalanced: "), std::string::npos) << server.log();
   EXPECT_EQ(server.terminate(60, server.rank0_pid()), 0) << server.log();
-}
-
-// SIGTERM to mpirun: forwarded to the ranks; the workers ignore it and rank 0 drains, so
-// a request in flight still completes.
-TEST(ServeMpirun, SigtermToMpirunDrainsInFlightRequests) {
-  ServeProcess server({"--ep", "2", "--threads", "1"}, /*mpirun_np=*/2);
-  ASSERT_GT(server.port(), 0) << server.log();
-  std::atomic<bool> started{false};
-  auto in_flight = std::async(std::launch::async, [&] {
-    return testing::stream_completion("127.0.0.1", server.port(), "ROMEO:", 480, /*ignore_eos=*/true, &started);
-  });
-  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  server.terminate(60);
-  const testing::Streamed last = in_flight.get();
-  EXPECT_EQ(last.status, 200);
-  EXPECT_TRUE(last.done) << server.log();
-  EXPECT_EQ(last.finish_reason, "length") << server.log();
-  EXPECT_NE(server.log().find("stopped"), std::string::npos) << server.log();
 }
 
 }  // namespace

@@ -107,8 +107,16 @@ std::string check_flags(const ServeFlags& f) {
   if (f.max_num_batched_tokens < 1) {
     return "--max-num-batched-tokens must be >= 1 (got " + std::to_string(f.max_num_batched_tokens) + ")";
   }
+  if (f.max_num_batched_tokens < f.max_num_seqs) {
+    return "--max-num-batched-tokens (" + std::to_string(f.max_num_batched_tokens) + ") must be >= --max-num-seqs (" +
+           std::to_string(f.max_num_seqs) + "): every running sequence decodes one token per step";
+  }
   if (f.kv_block_size < 1) return "--kv-block-size must be >= 1 (got " + std::to_string(f.kv_block_size) + ")";
   if (f.kv_cache_tokens < 0) return "--kv-cache-tokens must be >= 0 (got " + std::to_string(f.kv_cache_tokens) + ")";
+  if (f.kv_cache_tokens > 0 && f.kv_cache_tokens < f.kv_block_size) {
+    return "--kv-cache-tokens (" + std::to_string(f.kv_cache_tokens) + ") is smaller than one block of --kv-block-size " +
+           std::to_string(f.kv_block_size) + " tokens";
+  }
   if (f.max_tokens_limit < 0) {
     return "--max-tokens-limit must be >= 0 (got " + std::to_string(f.max_tokens_limit) + ")";
   }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -396,14 +397,18 @@ Status HttpServer::start() {
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   int port = -1;
+  errno = 0;
   if (m.options.port == 0) {
     port = m.svr.bind_to_any_port(m.options.host);
   } else if (m.svr.bind_to_port(m.options.host, m.options.port)) {
     port = m.options.port;
   }
   if (port <= 0) {
-    return Status(StatusCode::kUnavailable, "cannot listen on " + m.options.host + ":" +
-                                                std::to_string(m.options.port) + " (" + std::strerror(errno) + ")");
+    // httplib reports no reason; errno is set when bind/listen failed, and stays 0 when
+    // the host did not resolve to an address of this machine.
+    const std::string why = errno != 0 ? std::strerror(errno) : "not an address of this machine";
+    return Status(StatusCode::kUnavailable,
+                  "cannot listen on " + m.options.host + ":" + std::to_string(m.options.port) + " (" + why + ")");
   }
   m.svr.raise_backlog();
   m.port = port;
