@@ -8,18 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/core/mapped_file.h"
+#include "moe/placement/text_format.h"
 #include "moe/placement/planner.h"
 
 namespace moe {
 namespace {
 
-std::string str(int v) { return std::to_string(v); }
-
-std::string num(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+using placement_detail::num;
+using placement_detail::str;
 
 }  // namespace
 namespace {

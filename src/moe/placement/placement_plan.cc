@@ -10,13 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/core/mapped_file.h"
+#include "moe/placement/text_format.h"
 
 namespace moe {
 namespace {
 
 using nlohmann::json;
 
-std::string str(int v) { return std::to_string(v); }
+using placement_detail::str;
 std::string at(size_t i) {
   std::string s = "[";  // (not "[" + ...: GCC 12 warns falsely, -Wrestrict)
   s += std::to_string(i);

@@ -12,17 +12,13 @@
 
 #include "moe/core/check.h"
 #include "moe/core/mapped_file.h"
+#include "moe/placement/text_format.h"
 
 namespace moe {
 namespace {
 
-std::string str(int v) { return std::to_string(v); }
-
-std::string num(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
+using placement_detail::num;
+using placement_detail::str;
 
 // A load difference below this fraction of the loads involved is noise, not progress.
 constexpr double kRelEps = 1e-12;
