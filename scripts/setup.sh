@@ -14,6 +14,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin  # MPI backend of the communicator (src/moe/comm/)
   libcpp-httplib-dev          # HTTP server/client of `moe serve` and `moe bench serve`
   curl                        # serving tests
+  python3                     # tests/architecture/layering_check.py
 )
 # Node.js + npm for the serving e2e test's `openai` client (scripts/test.sh); kept if
 # already installed (e.g. from NodeSource, whose nodejs includes npm).

@@ -160,7 +160,7 @@ class Engine {
   struct Impl;  // implementation detail (src/moe/engine/engine_impl.h)
 
  private:
-  friend class Scheduler;  // batched steps (src/moe/engine/scheduler.h)
+  friend class Scheduler;  // batched steps (src/moe/scheduler.h)
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

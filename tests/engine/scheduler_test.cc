@@ -1,8 +1,8 @@
-// Continuous batching (src/moe/engine/scheduler.h): many requests in one batch, with
+// Continuous batching (src/moe/scheduler.h): many requests in one batch, with
 // chunked prefill and paged KV blocks, give bitwise the tokens each gets alone and the
 // tokens Engine::generate gives (batch-invariant kernels); admission waits for KV room;
 // cancel, stop strings, shutdown and bad requests.
-#include "moe/engine/scheduler.h"
+#include "moe/scheduler.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "moe/model/checkpoint.h"
+#include "moe/model/hf_checkpoint.h"
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
 #include "moe/tensor/dtype.h"
@@ -263,7 +263,7 @@ TEST_F(SafetensorsTest, ValidFileReadsBackExactValues) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(view.data) % (view.nbytes ? view.nbytes / view.numel() : 1), 0u) << name;
   }
 
-  const TensorView* a = file->find("w.f32");
+  const StoredTensor* a = file->find("w.f32");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->name, "w.f32");
   EXPECT_EQ(a->file, path);
@@ -279,7 +279,7 @@ TEST_F(SafetensorsTest, ValidFileReadsBackExactValues) {
     EXPECT_EQ(std::signbit(got[i]), std::signbit(f32[i])) << i;
   }
 
-  const TensorView* b = file->find("w.bf16");
+  const StoredTensor* b = file->find("w.bf16");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->dtype, DType::kBF16);
   EXPECT_EQ(b->dtype_name, "BF16");
@@ -287,7 +287,7 @@ TEST_F(SafetensorsTest, ValidFileReadsBackExactValues) {
   convert_to_f32(b->data, *b->dtype, got_b.data(), got_b.size());
   EXPECT_EQ(got_b, (std::vector<float>{1.0f, -2.0f, 0.5f, 3.140625f}));
 
-  const TensorView* c = file->find("w.f16");
+  const StoredTensor* c = file->find("w.f16");
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->dtype, DType::kF16);
   EXPECT_EQ(c->nbytes, 12u);
@@ -295,13 +295,13 @@ TEST_F(SafetensorsTest, ValidFileReadsBackExactValues) {
   convert_to_f32(c->data, *c->dtype, got_c.data(), got_c.size());
   EXPECT_EQ(got_c, (std::vector<float>{1.0f, -2.0f, 0.5f, 65504.0f, std::ldexp(1.0f, -24), 0.0999755859375f}));
 
-  const TensorView* e = file->find("w.empty");
+  const StoredTensor* e = file->find("w.empty");
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->numel(), 0);
   EXPECT_EQ(e->nbytes, 0u);
 
   // I64 is a valid safetensors dtype: accepted by open(), but not one we compute with.
-  const TensorView* ids = file->find("w.ids");
+  const StoredTensor* ids = file->find("w.ids");
   ASSERT_NE(ids, nullptr);
   EXPECT_EQ(ids->dtype_name, "I64");
   EXPECT_FALSE(ids->dtype.has_value());
@@ -330,7 +330,7 @@ TEST_F(SafetensorsTest, EveryValidSpecDtypeIsAccepted) {
   auto file = SafetensorsFile::open(path);
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   for (const auto& [name, size] : dtypes) {
-    const TensorView* t = file->find("t." + name);
+    const StoredTensor* t = file->find("t." + name);
     ASSERT_NE(t, nullptr) << name;
     EXPECT_EQ(t->nbytes, 3 * size) << name;
     const bool computable = name == "F32" || name == "BF16" || name == "F16";
@@ -355,7 +355,7 @@ TEST(SafetensorsBindTest, I64WeightRejectedByBindWeights) {
   ASSERT_TRUE(replaced);
   write_file(shard, serialize_safetensors(tensors));
 
-  auto ckpt = Checkpoint::open(dir.path());
+  auto ckpt = HfCheckpoint::open(dir.path());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();  // I64 is valid safetensors
   auto config = load_model_config(dir.path());
   ASSERT_TRUE(config.ok()) << config.status().to_string();

@@ -46,10 +46,10 @@ class WeightsTest : public ::testing::Test {
     auto config = load_model_config(dir_.path());
     EXPECT_TRUE(config.ok()) << config.status().to_string();
     if (!config.ok()) return config.status();
-    auto ckpt = Checkpoint::open(dir_.path());
+    auto ckpt = HfCheckpoint::open(dir_.path());
     EXPECT_TRUE(ckpt.ok()) << ckpt.status().to_string();
     if (!ckpt.ok()) return ckpt.status();
-    ckpt_ = std::make_unique<Checkpoint>(std::move(ckpt).value());
+    ckpt_ = std::make_unique<HfCheckpoint>(std::move(ckpt).value());
     return bind_weights(config.value(), *ckpt_, filter);
   }
 
@@ -63,7 +63,7 @@ class WeightsTest : public ::testing::Test {
   }
 
   ScopedTempDir dir_{"weights"};
-  std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<HfCheckpoint> ckpt_;
 };
 
 TEST_F(WeightsTest, UnmodifiedCopyBinds) {
@@ -173,7 +173,7 @@ TEST_F(WeightsTest, TensorRemovedFromShardAndIndexIsNamed) {
 }
 
 TEST_F(WeightsTest, ExpertTensorRemovedFromShardButStillInIndex) {
-  // The index still lists the tensor: Checkpoint::open catches it, naming the shard.
+  // The index still lists the tensor: HfCheckpoint::open catches it, naming the shard.
   const std::string name = "model.layers.0.block_sparse_moe.experts.2.w3.weight";
   drop_tensor_from_shard(kShard1, name);
   auto engine = Engine::open({.model_dir = dir_.path()});

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "moe/comm/inproc_communicator.h"
-#include "moe/model/checkpoint.h"
+#include "moe/model/hf_checkpoint.h"
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
 #include "moe/moe/ep_moe_layer.h"
@@ -34,12 +34,12 @@ class DeepseekMoeBlockTest : public ::testing::Test {
                                   "tiny-deepseek-v3.json");
     ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
     config_ = *cfg;
-    // Checkpoint::open wants a model.safetensors in a directory: link the golden file.
+    // HfCheckpoint::open wants a model.safetensors in a directory: link the golden file.
     ASSERT_EQ(::symlink((golden + "/" + cases_["weights_file"].get<std::string>()).c_str(),
                         dir_.file("model.safetensors").c_str()), 0);
-    auto ckpt = Checkpoint::open(dir_.path());
+    auto ckpt = HfCheckpoint::open(dir_.path());
     ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
-    ckpt_ = std::make_unique<Checkpoint>(std::move(*ckpt));
+    ckpt_ = std::make_unique<HfCheckpoint>(std::move(*ckpt));
     layer_ = cases_["layer"].get<int>();
     const Status st = bind_mlp_block(config_, *ckpt_, layer_, nullptr, &weights_);
     ASSERT_TRUE(st.ok()) << st.to_string();
@@ -61,7 +61,7 @@ class DeepseekMoeBlockTest : public ::testing::Test {
   nlohmann::json cases_;
   ModelConfig config_;
   testing::ScopedTempDir dir_{"deepseek_moe"};
-  std::unique_ptr<Checkpoint> ckpt_;
+  std::unique_ptr<HfCheckpoint> ckpt_;
   LayerWeights weights_;
   int layer_ = 0, n_ = 0;
   double tol_ = 0;

@@ -12,7 +12,7 @@
 
 #include "moe/comm/inproc_communicator.h"
 #include "moe/engine.h"
-#include "moe/engine/scheduler.h"
+#include "moe/scheduler.h"
 #include "test_util.h"
 
 namespace moe {

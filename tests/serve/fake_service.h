@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "moe/engine/generation_service.h"
+#include "moe/generation_service.h"
 
 namespace moe::serve::testing {
 

@@ -11,11 +11,11 @@
 
 #include "contains_util.h"
 #include "fake_openai_server.h"
-#include "moe/serve/bench/client.h"
-#include "moe/serve/bench/metrics.h"
-#include "moe/serve/bench/schedule.h"
+#include "moe/serve_bench/client.h"
+#include "moe/serve_bench/serving_metrics.h"
+#include "moe/serve_bench/schedule.h"
 
-namespace sb = moe::serve::bench;
+namespace sb = moe::serve_bench;
 using moe::testing::FakeOpenAiServer;
 using moe::testing::FakeServerConfig;
 

@@ -13,10 +13,10 @@
 
 #include "contains_util.h"
 #include "moe/model/tokenizer.h"
-#include "moe/serve/bench/dataset.h"
+#include "moe/serve_bench/dataset.h"
 #include "test_util.h"
 
-namespace sb = moe::serve::bench;
+namespace sb = moe::serve_bench;
 using moe::StatusCode;
 
 namespace {

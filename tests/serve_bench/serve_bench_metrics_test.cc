@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "contains_util.h"
-#include "moe/serve/bench/metrics.h"
+#include "moe/serve_bench/serving_metrics.h"
 
-namespace sb = moe::serve::bench;
+namespace sb = moe::serve_bench;
 
 namespace {
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "contains_util.h"
-#include "moe/serve/bench/schedule.h"
+#include "moe/serve_bench/schedule.h"
 
-namespace sb = moe::serve::bench;
+namespace sb = moe::serve_bench;
 
 namespace {
 

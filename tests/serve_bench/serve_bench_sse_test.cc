@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "contains_util.h"
-#include "moe/serve/bench/request_output.h"
-#include "moe/serve/bench/sse.h"
+#include "moe/serve_bench/request_output.h"
+#include "moe/serve_bench/sse.h"
 
-namespace sb = moe::serve::bench;
+namespace sb = moe::serve_bench;
 
 namespace {
 

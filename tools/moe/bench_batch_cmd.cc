@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "moe/core/clock.h"
 #include "moe/engine.h"
-#include "moe/engine/scheduler.h"
+#include "moe/scheduler.h"
 
 namespace moe::cli {
 namespace {

@@ -3,7 +3,7 @@
 // a dataset (ShareGPT JSON or an Azure/Splitwise trace CSV), sent streaming at a
 // Poisson/gamma rate or at the trace's arrival times, at most --max-concurrency in
 // flight; prints vLLM's result table (TTFT, TPOT, ITL, E2EL, throughput, goodput).
-// The pieces live in src/moe/serve/bench/ (the definitions are in metrics.h).
+// The pieces live in src/moe/serve_bench/ (the definitions are in metrics.h).
 //
 //   moe bench serve --base-url http://127.0.0.1:8000
 //       --dataset ../shared/data/prompts/sharegpt_v3_filtered_500.json
@@ -26,15 +26,15 @@
 
 #include "commands.h"
 #include "moe/model/tokenizer.h"
-#include "moe/serve/bench/client.h"
-#include "moe/serve/bench/dataset.h"
-#include "moe/serve/bench/metrics.h"
-#include "moe/serve/bench/schedule.h"
+#include "moe/serve_bench/client.h"
+#include "moe/serve_bench/dataset.h"
+#include "moe/serve_bench/serving_metrics.h"
+#include "moe/serve_bench/schedule.h"
 
 namespace moe::cli {
 namespace {
 
-namespace sb = moe::serve::bench;
+namespace sb = moe::serve_bench;
 
 struct BenchServeFlags {
   std::string base_url;

@@ -8,7 +8,7 @@
 //   moe placement plan --load LOAD.json --num-ranks 8 --memory-per-rank 80000000000 --expert-bytes 44040192
 //   moe placement eval --plan PLAN.json --load OTHER.json --num-nodes 2
 //
-// The model behind the numbers (src/moe/placement/planner.h): an expert's load splits
+// The model behind the numbers (src/moe/placement/replica_planner.h): an expert's load splits
 // evenly over its replicas; tokens start uniformly on all ranks and use a replica on
 // their own node when there is one.
 #include <algorithm>
@@ -24,7 +24,7 @@
 
 #include "commands.h"
 #include "moe/placement/placement_plan.h"
-#include "moe/placement/planner.h"
+#include "moe/placement/replica_planner.h"
 
 namespace moe::cli {
 namespace {

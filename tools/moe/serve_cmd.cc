@@ -17,7 +17,7 @@
 #include "commands.h"
 #include "engine_flags.h"
 #include "moe/core/logging.h"
-#include "moe/engine/scheduler.h"
+#include "moe/scheduler.h"
 #include "moe/serve/chat_template.h"
 #include "moe/serve/http_server.h"
 

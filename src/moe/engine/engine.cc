@@ -12,22 +12,22 @@
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
 #include "moe/core/mapped_file.h"
-#include "moe/engine/decoder.h"
+#include "moe/transformer/decoder.h"
 #include "moe/engine/engine_impl.h"
 #include "moe/engine/rebalancer.h"
-#include "moe/engine/kv_cache.h"
+#include "moe/transformer/kv_cache.h"
 #include "moe/engine/sampler.h"
-#include "moe/model/checkpoint.h"
+#include "moe/model/hf_checkpoint.h"
 #include "moe/model/config.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
 #include "moe/comm/communicator.h"
-#include "moe/engine/fingerprint.h"
+#include "moe/model/fingerprint.h"
 #include "moe/moe/capacity.h"
 #include "moe/ops/kernel_mode.h"
-#include "moe/placement/expert_migration.h"
+#include "moe/runtime/expert_migration.h"
 #include "moe/placement/placement_plan.h"
-#include "moe/placement/planner.h"
+#include "moe/placement/replica_planner.h"
 #include "moe/stats/expert_load_stats.h"
 
 namespace moe {
@@ -58,7 +58,7 @@ void merge_generation_config(const std::string& dir, ModelConfig* config) {
   }
 }
 
-ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const Checkpoint& ckpt) {
+ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const HfCheckpoint& ckpt) {
   ModelInfo info;
   info.model_dir = dir;
   info.model_type = c.model_type;
@@ -158,7 +158,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   MOE_ASSIGN_OR_RETURN(ExpertLoadStats stats,
                        ExpertLoadStats::create(moe_layers, impl->config.router.num_experts, options.stats_ema_decay));
   impl->load_stats = std::make_unique<ExpertLoadStats>(std::move(stats));
-  MOE_ASSIGN_OR_RETURN(impl->checkpoint, Checkpoint::open(dir));
+  MOE_ASSIGN_OR_RETURN(impl->checkpoint, HfCheckpoint::open(dir));
   ExpertFilter filter;
   if (impl->comm != nullptr) {
     if (impl->config.router.num_experts < 1) return invalid_argument("model has no experts to shard");

@@ -7,13 +7,13 @@
 
 #include "moe/comm/communicator.h"
 #include "moe/engine.h"
-#include "moe/engine/decoder.h"
-#include "moe/model/checkpoint.h"
+#include "moe/transformer/decoder.h"
+#include "moe/model/hf_checkpoint.h"
 #include "moe/model/config.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
 #include "moe/moe/capacity.h"
-#include "moe/placement/expert_migration.h"
+#include "moe/runtime/expert_migration.h"
 #include "moe/stats/expert_load_stats.h"
 
 namespace moe {
@@ -28,7 +28,7 @@ enum EpHeader : int64_t {
 
 struct Engine::Impl {
   ModelConfig config;
-  Checkpoint checkpoint;
+  HfCheckpoint checkpoint;
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Decoder> decoder;

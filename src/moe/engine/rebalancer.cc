@@ -5,7 +5,7 @@
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
 #include "moe/placement/placement_plan.h"
-#include "moe/placement/planner.h"
+#include "moe/placement/replica_planner.h"
 
 namespace moe {
 namespace {

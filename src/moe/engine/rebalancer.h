@@ -1,6 +1,6 @@
 // Live rebalancing of expert placement under EP, collective over the EP group: rank 0
 // plans a placement from the load statistics (per-step EMA of each MoE layer,
-// src/moe/placement/planner.h) and broadcasts it; it is adopted only if it lowers the
+// src/moe/placement/replica_planner.h) and broadcasts it; it is adopted only if it lowers the
 // predicted max rank load (summed over MoE layers) by rebalance_min_gain; rank sets are
 // relabelled within a node so experts stay where they are; the experts move point to
 // point (expert_migration.h) and every rank switches before the next step. A failed

@@ -1,4 +1,4 @@
-#include "moe/engine/scheduler.h"
+#include "moe/scheduler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
 #include "moe/engine/engine_impl.h"
-#include "moe/engine/paged_kv_cache.h"
+#include "moe/transformer/paged_kv_cache.h"
 #include "moe/engine/rebalancer.h"
 #include "moe/engine/sampler.h"
 

@@ -24,13 +24,13 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the reference reader's li
 
 }  // namespace
 
-int64_t TensorView::numel() const {
+int64_t StoredTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
 
-std::string TensorView::shape_string() const {
+std::string StoredTensor::shape_string() const {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
     if (i) s += ", ";
@@ -39,7 +39,7 @@ std::string TensorView::shape_string() const {
   return s + "]";
 }
 
-const TensorView* SafetensorsFile::find(const std::string& name) const {
+const StoredTensor* SafetensorsFile::find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;
 }
@@ -92,7 +92,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
         !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2) {
       return data_loss(where + " has a malformed header entry (needs dtype, shape, data_offsets[2])");
     }
-    TensorView view;
+    StoredTensor view;
     view.name = name;
     view.file = path;
     view.dtype_name = entry["dtype"].get<std::string>();

@@ -23,7 +23,7 @@
 namespace moe {
 
 // A tensor inside a mapped file. `data` stays valid while the owning file lives.
-struct TensorView {
+struct StoredTensor {
   std::string name;
   std::string file;           // path of the file that holds it
   std::string dtype_name;     // as written in the header, e.g. "BF16"
@@ -44,14 +44,14 @@ class SafetensorsFile {
   static StatusOr<SafetensorsFile> open(const std::string& path);
 
   const std::string& path() const { return file_.path(); }
-  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
   // nullptr if absent.
-  const TensorView* find(const std::string& name) const;
+  const StoredTensor* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
   MappedFile file_;
-  std::map<std::string, TensorView> tensors_;
+  std::map<std::string, StoredTensor> tensors_;
   std::map<std::string, std::string> metadata_;
 };
 

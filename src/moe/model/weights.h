@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "moe/model/checkpoint.h"
+#include "moe/model/hf_checkpoint.h"
 #include "moe/model/config.h"
 #include "moe/status.h"
 #include "moe/tensor/weight.h"
@@ -57,14 +57,14 @@ using ExpertFilter = std::function<bool(int layer, int expert)>;
 // tensor, InvalidArgument for a wrong shape or an unsupported dtype) name the tensor,
 // its file, and the expected vs found shape; Unimplemented for deepseek_v3 (MLA
 // attention is not implemented yet).
-StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const Checkpoint& ckpt,
+StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const HfCheckpoint& ckpt,
                                     const ExpertFilter& want_expert = nullptr);
 
 // Binds only layer l's MLP block into *layer: the dense MLP, or the router, score bias,
 // shared expert (+ gate) and routed experts (those want_expert selects). Used by
 // bind_weights, and to test an MoE block of a family whose attention is not
 // implemented (deepseek_v3). Errors as bind_weights.
-Status bind_mlp_block(const ModelConfig& config, const Checkpoint& ckpt, int l, const ExpertFilter& want_expert,
+Status bind_mlp_block(const ModelConfig& config, const HfCheckpoint& ckpt, int l, const ExpertFilter& want_expert,
                       LayerWeights* layer);
 
 }  // namespace moe

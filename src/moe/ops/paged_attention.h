@@ -1,4 +1,4 @@
-// Causal grouped-query attention over a paged KV cache (src/moe/engine/paged_kv_cache.h)
+// Causal grouped-query attention over a paged KV cache (src/moe/transformer/paged_kv_cache.h)
 // for several sequences at once: each query row attends over its own sequence's keys,
 // one query at a time with the same arithmetic as causal_attention's decode path, so a
 // token's output is bitwise independent of chunking and of the other sequences.

@@ -9,7 +9,7 @@
 
 #include "moe/core/mapped_file.h"
 #include "moe/placement/text_format.h"
-#include "moe/placement/planner.h"
+#include "moe/placement/replica_planner.h"
 
 namespace moe {
 namespace {

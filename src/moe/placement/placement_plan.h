@@ -1,6 +1,6 @@
 // A placement plan: for each MoE layer, which logical expert sits in each physical
 // expert slot of each rank (an expert may have several replicas, on distinct ranks).
-// Written by `moe placement plan` (src/moe/placement/planner.h makes it) and read back
+// Written by `moe placement plan` (src/moe/placement/replica_planner.h makes it) and read back
 // by the engine. JSON:
 //
 //   {"num_experts": E, "num_ranks": R, "slots_per_rank": S,

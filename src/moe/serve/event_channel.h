@@ -13,7 +13,7 @@
 #include <mutex>
 #include <vector>
 
-#include "moe/engine/generation_service.h"
+#include "moe/generation_service.h"
 
 namespace moe::serve {
 

@@ -42,7 +42,7 @@
 #include <string>
 #include <vector>
 
-#include "moe/engine/generation_service.h"
+#include "moe/generation_service.h"
 #include "moe/serve/chat_template.h"
 #include "moe/serve/rate_limiter.h"
 #include "moe/serve/server_metrics.h"

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "moe/engine/generation_service.h"
+#include "moe/generation_service.h"
 
 namespace moe::serve {
 

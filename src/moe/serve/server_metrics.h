@@ -16,8 +16,8 @@
 
 #include <string>
 
-#include "moe/engine/generation_service.h"
-#include "moe/serve/metrics.h"
+#include "moe/generation_service.h"
+#include "moe/serve/prometheus.h"
 
 namespace moe::serve {
 

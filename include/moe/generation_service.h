@@ -1,0 +1,83 @@
+// What a front end (the HTTP server, src/moe/serve/) needs from the engine: submit a
+// request, receive its tokens as events, cancel it, read counters for /metrics.
+// Implemented by Scheduler (continuous batching, src/moe/scheduler.h); tests may
+// implement it with a fake.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moe/engine.h"
+#include "moe/status.h"
+
+namespace moe {
+
+struct SeqRequest {
+  std::string prompt;                   // tokenized with BOS per tokenizer_config
+  std::vector<int> prompt_token_ids{};  // used instead of `prompt` when non-empty
+  int max_tokens = 16;                  // >= 1 new tokens at most
+  SamplingParams sampling{};            // temperature 0 = greedy
+  // Stop strings: generation ends at the first occurrence of any of them in the
+  // output text, which is cut before it (finish_reason "stop"). At most 4, non-empty.
+  std::vector<std::string> stop{};
+  bool ignore_eos = false;              // keep generating past EOS (benchmarks)
+};
+
+// One step's news for one request. Events of a request arrive in order, the last one
+// with finished = true (and no event after it).
+struct SeqEvent {
+  std::string text;             // text added since the previous event (may be empty)
+  std::vector<int> token_ids;   // tokens added since the previous event
+  bool finished = false;
+  // When finished: "stop" (EOS or a stop string), "length" (max_tokens), "abort"
+  // (cancelled, or the server shut down), "error" (engine failure; see `error`).
+  std::string finish_reason;
+  std::string error;
+  int prompt_tokens = 0;        // always set
+  int completion_tokens = 0;    // tokens generated so far
+};
+
+// Called on the scheduler thread. Must return quickly and never block on the client
+// (queue the event and return).
+using SeqSink = std::function<void(SeqEvent&& event)>;
+
+// Counters for GET /metrics; a consistent copy taken between steps.
+struct ServiceSnapshot {
+  int running = 0;                  // sequences in the running batch
+  int waiting = 0;                  // admitted to the queue, not yet running (no KV room or seq slot)
+  int64_t kv_blocks_total = 0;      // KV-cache blocks in the pool
+  int64_t kv_blocks_used = 0;
+  int kv_block_size = 0;            // tokens per block
+  int64_t steps = 0;                // engine steps run
+  int64_t prompt_tokens_total = 0;  // prompt tokens prefilled (all requests)
+  int64_t generation_tokens_total = 0;
+  int64_t requests_finished = 0;    // by any finish reason
+  // Routed tokens (assignments after the capacity policy) per MoE layer and expert
+  // since start-up, global over the EP group: expert_tokens[i][e] for layer moe_layers[i].
+  std::vector<int> moe_layers;
+  std::vector<std::vector<int64_t>> expert_tokens;
+};
+
+class GenerationService {
+ public:
+  virtual ~GenerationService() = default;
+  // Validates and queues a request; its events go to `sink` (never called before
+  // submit returns the id). Thread-safe. Errors (nothing queued, sink never called):
+  //   InvalidArgument    - empty prompt, bad sampling values, max_tokens < 1, too many
+  //                        stop strings, or prompt + max_tokens longer than the context
+  //                        or than the whole KV cache (can never fit): an HTTP 400;
+  //   Unavailable        - shutting down: an HTTP 503.
+  virtual StatusOr<uint64_t> submit(SeqRequest request, SeqSink sink) = 0;
+  // Cancels a request (client disconnected): it leaves the batch at the next step
+  // boundary, its KV blocks are freed, and its sink gets a final "abort" event. Unknown
+  // or finished ids are ignored. Thread-safe.
+  virtual void cancel(uint64_t id) = 0;
+  virtual ServiceSnapshot snapshot() const = 0;  // thread-safe
+  virtual const ModelInfo& model_info() const = 0;
+  // Token count of `text` as submit() would tokenize it (BOS included). Thread-safe.
+  virtual int count_tokens(const std::string& text) const = 0;
+};
+
+}  // namespace moe

@@ -1,0 +1,32 @@
+#include "moe/transformer/kv_cache.h"
+
+#include <cstring>
+
+#include "moe/core/check.h"
+
+namespace moe {
+
+KVCache::KVCache(int num_layers, int num_kv_heads, int head_dim, int64_t capacity)
+    : num_kv_heads_(num_kv_heads),
+      head_dim_(head_dim),
+      capacity_(capacity),
+      layer_stride_(static_cast<size_t>(num_kv_heads) * static_cast<size_t>(capacity) * static_cast<size_t>(head_dim)),
+      k_(layer_stride_ * static_cast<size_t>(num_layers)),
+      v_(layer_stride_ * static_cast<size_t>(num_layers)) {}
+
+void KVCache::write(int layer, int64_t start_pos, int64_t m, const float* keys, const float* values) {
+  MOE_CHECK(start_pos + m <= capacity_);
+  float* kl = k(layer);
+  float* vl = v(layer);
+  const int64_t row = static_cast<int64_t>(num_kv_heads_) * head_dim_;
+  for (int64_t t = 0; t < m; ++t) {
+    for (int h = 0; h < num_kv_heads_; ++h) {
+      const size_t dst = (static_cast<size_t>(h) * static_cast<size_t>(capacity_) + static_cast<size_t>(start_pos + t)) *
+                         static_cast<size_t>(head_dim_);
+      std::memcpy(kl + dst, keys + t * row + h * head_dim_, static_cast<size_t>(head_dim_) * sizeof(float));
+      std::memcpy(vl + dst, values + t * row + h * head_dim_, static_cast<size_t>(head_dim_) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace moe

@@ -1,0 +1,59 @@
+#include "moe/transformer/paged_kv_cache.h"
+
+#include <cstring>
+
+#include "moe/core/check.h"
+
+namespace moe {
+
+PagedKVCache::PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int block_size, int64_t num_blocks)
+    : num_kv_heads_(num_kv_heads),
+      head_dim_(head_dim),
+      block_size_(block_size),
+      num_blocks_(num_blocks),
+      layer_stride_(static_cast<size_t>(num_blocks) * static_cast<size_t>(num_kv_heads) *
+                    static_cast<size_t>(block_size) * static_cast<size_t>(head_dim)),
+      k_(layer_stride_ * static_cast<size_t>(num_layers)),
+      v_(layer_stride_ * static_cast<size_t>(num_layers)) {}
+
+void PagedKVCache::write(int layer, const int32_t* block_table, int64_t start_pos, int64_t m, const float* keys,
+                         const float* values) {
+  float* kl = k_.data() + static_cast<size_t>(layer) * layer_stride_;
+  float* vl = v_.data() + static_cast<size_t>(layer) * layer_stride_;
+  const int64_t row = static_cast<int64_t>(num_kv_heads_) * head_dim_;
+  const size_t bytes = static_cast<size_t>(head_dim_) * sizeof(float);
+  for (int64_t t = 0; t < m; ++t) {
+    const int64_t pos = start_pos + t;
+    const int64_t block = block_table[pos / block_size_];
+    MOE_CHECK(block >= 0 && block < num_blocks_);
+    const int64_t off = pos % block_size_;
+    for (int h = 0; h < num_kv_heads_; ++h) {
+      const size_t dst =
+          static_cast<size_t>(((block * num_kv_heads_ + h) * block_size_ + off) * head_dim_);
+      std::memcpy(kl + dst, keys + t * row + h * head_dim_, bytes);
+      std::memcpy(vl + dst, values + t * row + h * head_dim_, bytes);
+    }
+  }
+}
+
+BlockAllocator::BlockAllocator(int64_t num_blocks) : total_(num_blocks) {
+  free_.reserve(static_cast<size_t>(num_blocks));
+  // Popped from the back: low ids first.
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+bool BlockAllocator::allocate(int64_t count, std::vector<int32_t>* out) {
+  if (count > free_blocks()) return false;
+  for (int64_t i = 0; i < count; ++i) {
+    out->push_back(free_.back());
+    free_.pop_back();
+  }
+  return true;
+}
+
+void BlockAllocator::release(const std::vector<int32_t>& blocks) {
+  for (int32_t b : blocks) free_.push_back(b);
+  MOE_CHECK(free_blocks() <= total_);
+}
+
+}  // namespace moe
