@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "moe/core/atomic_file.h"
 #include "moe/model/tokenizer.h"
 #include "moe/serve_bench/client.h"
 #include "moe/serve_bench/dataset.h"
@@ -281,9 +282,8 @@ int run_bench_serve(BenchServeFlags f) {
     j["requested_output_lens"] = std::move(requested_output);
     j["scheduled_arrivals"] = std::move(arrivals_json);
     j.update(sb::metrics_json(m, run.outputs, ropt));
-    std::ofstream out(f.result_json);
-    out << j.dump(2) << "\n";
-    if (!out) return fail("--result-json: cannot write '" + f.result_json + "'");
+    Status st = write_file_atomically(f.result_json, j.dump(2) + "\n");
+    if (!st.ok()) return fail("--result-json: cannot write '" + f.result_json + "': " + st.message());
   }
   if (m.completed == 0) return fail("all " + std::to_string(run.outputs.size()) + " requests failed; the first: " + m.first_error);
   return 0;

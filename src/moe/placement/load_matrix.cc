@@ -10,6 +10,7 @@
 #include "moe/core/mapped_file.h"
 #include "moe/placement/text_format.h"
 #include "moe/placement/replica_planner.h"
+#include "moe/stats/expert_load_stats.h"
 
 namespace moe {
 namespace {
@@ -73,27 +74,13 @@ StatusOr<LoadMatrix> parse_load_json(const std::string& text, const std::string&
       }
     }
   } else if (j.contains("logical_count")) {
-    const json& rows = j["logical_count"];
-    if (!rows.is_array() || rows.empty()) {
-      return invalid_argument(src + "field 'logical_count' must be a non-empty list of per-layer lists");
+    MOE_ASSIGN_OR_RETURN(SglangLogicalCount sg, parse_sglang_logical_count(j, source));
+    for (size_t l = 0; l < sg.layer_ids.size(); ++l) {
+      where.push_back("logical_count[" + std::to_string(sg.layer_ids[l]) + "]");
+      m.load.emplace_back(sg.counts[l].begin(), sg.counts[l].end());
     }
-    for (size_t l = 0; l < rows.size(); ++l) {
-      std::vector<double> row;
-      const std::string w = "logical_count[" + std::to_string(l) + "]";
-      MOE_RETURN_IF_ERROR(read_row(rows[l], src + w, &row));
-      if (!m.load.empty() && row.size() != m.load[0].size()) {
-        return invalid_argument(src + w + " has " + std::to_string(row.size()) + " experts, expected " +
-                                std::to_string(m.load[0].size()) + " (as " + where[0] + ")");
-      }
-      if (std::all_of(row.begin(), row.end(), [](double x) { return x == 0; })) {
-        m.skipped_zero_layers.push_back(static_cast<int>(l));
-        continue;
-      }
-      where.push_back(w);
-      m.load.push_back(std::move(row));
-      m.layer_ids.push_back(static_cast<int>(l));
-    }
-    if (m.load.empty()) return invalid_argument(src + "every row of 'logical_count' is all zeros (no MoE load)");
+    m.layer_ids = std::move(sg.layer_ids);
+    m.skipped_zero_layers = std::move(sg.zero_layers);
   } else if (j.contains("layers")) {
     const json& layers = j["layers"];
     if (!layers.is_array() || layers.empty()) return invalid_argument(src + "field 'layers' must be a non-empty list");

@@ -1,14 +1,13 @@
 #include "moe/placement/placement_plan.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "moe/core/atomic_file.h"
 #include "moe/core/mapped_file.h"
 #include "moe/placement/text_format.h"
 
@@ -225,13 +224,7 @@ StatusOr<PlacementPlan> load_plan_file(const std::string& path) {
 
 Status write_plan_file(const PlacementPlan& plan, const std::string& path) {
   MOE_RETURN_IF_ERROR(validate_plan(plan));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return internal_error("cannot write placement plan " + path + ": " + std::strerror(errno));
-  const std::string text = plan_to_json(plan);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.close();
-  if (!out) return internal_error("cannot write placement plan " + path + ": write failed");
-  return ok_status();
+  return write_file_atomically(path, plan_to_json(plan)).with_context("placement plan");
 }
 
 }  // namespace moe

@@ -51,7 +51,8 @@ std::string plan_to_json(const PlacementPlan& plan);
 StatusOr<PlacementPlan> parse_plan_json(const std::string& text, const std::string& source);
 // read_text_file(path) + parse_plan_json(text, path).
 StatusOr<PlacementPlan> load_plan_file(const std::string& path);
-// Validates, then writes plan_to_json(plan); Internal naming the path on failure.
+// Validates, then writes plan_to_json(plan) atomically (write_file_atomically: on failure
+// the old file is untouched); Internal naming the path on failure.
 Status write_plan_file(const PlacementPlan& plan, const std::string& path);
 
 }  // namespace moe

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <vector>
+
+#include "moe/core/atomic_file.h"
 
 namespace moe {
 namespace {
@@ -253,13 +254,7 @@ std::string render_expert_heatmap_svg(const ExpertLoadStats& stats, const Heatma
 }
 
 Status write_expert_heatmap_svg(const ExpertLoadStats& stats, const HeatmapOptions& options, const std::string& path) {
-  const std::string svg = render_expert_heatmap_svg(stats, options);
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return internal_error("cannot open " + path + " for writing");
-  out.write(svg.data(), static_cast<std::streamsize>(svg.size()));
-  out.close();
-  if (!out) return internal_error("cannot write " + path);
-  return ok_status();
+  return write_file_atomically(path, render_expert_heatmap_svg(stats, options));
 }
 
 }  // namespace moe
