@@ -230,6 +230,10 @@ TEST_F(BenchCapacityCliTest, BadFiles) {
   expect_error_exit(moe_cmd("bench capacity --routing-file " + sh_quote(ragged)), {ragged, "expected 9"});
   const std::string zero = write("zero.json", "{\"logical_count\": [[0,0,0,0,0,0,0,0]]}");
   expect_error_exit(moe_cmd("bench capacity --routing-file " + sh_quote(zero)), {zero, "zero"});
+  // Without --routing-file the files come from --routing-dir: a folder without them names it.
+  const std::string empty_dir = dir_.file("no_routing_here");
+  expect_error_exit(moe_cmd("bench capacity --routing-dir " + sh_quote(empty_dir)),
+                    {"--routing-dir", empty_dir, "olmoe_paper_expert_counts.json", "--routing-file"});
 }
 
 }  // namespace

@@ -40,6 +40,18 @@ Status read_int(const json& j, const char* field, const std::string& where, int 
 
 }  // namespace
 
+StatusOr<ExpertPlacement> layer_placement(const LayerPlan& layer, int num_experts) {
+  return ExpertPlacement::from_rank_slots(layer.rank_slots, num_experts);
+}
+
+LayerPlan to_layer_plan(const ExpertPlacement& placement, int layer_id) {
+  LayerPlan L;
+  L.layer = layer_id;
+  L.rank_slots = placement.rank_slots();
+  L.replica_count = placement.replica_counts();
+  return L;
+}
+
 std::vector<int> count_replicas(const LayerPlan& layer, int num_experts) {
   std::vector<int> count(static_cast<size_t>(std::max(num_experts, 0)), 0);
   for (const auto& slots : layer.rank_slots) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/placement/expert_placement.h"
 #include "moe/status.h"
 
 namespace moe {
@@ -43,6 +44,12 @@ Status validate_plan(const PlacementPlan& plan);
 
 // replica_count recomputed from rank_slots (num_experts entries; ids out of range ignored).
 std::vector<int> count_replicas(const LayerPlan& layer, int num_experts);
+
+// The layer's placement (ExpertPlacement::from_rank_slots(layer.rank_slots, num_experts));
+// its errors name the rank and expert.
+StatusOr<ExpertPlacement> layer_placement(const LayerPlan& layer, int num_experts);
+// The plan file's form of a placement (rank_slots ascending per rank, replica_count).
+LayerPlan to_layer_plan(const ExpertPlacement& placement, int layer_id);
 
 // The JSON above, one line per layer, indent 2 elsewhere.
 std::string plan_to_json(const PlacementPlan& plan);
