@@ -34,18 +34,12 @@
 #include "bench_capacity_sources.h"
 #include "commands.h"
 #include "moe/core/check.h"
+#include "moe/core/text_format.h"
 #include "moe/moe/capacity.h"
 #include "moe/stats/routing_simulator.h"
 
 namespace moe::cli {
 namespace {
-
-// A double as the user would write it (%g).
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
 
 using nlohmann::json;
 
@@ -67,12 +61,6 @@ struct CapacityFlags {
 };
 
 
-std::string fmt(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", prec, v);
-  return buf;
-}
-
 std::string validate(const CapacityFlags& f) {
   if (f.batch.empty()) return "--batch needs at least one value";
   for (int b : f.batch) {
@@ -81,7 +69,7 @@ std::string validate(const CapacityFlags& f) {
   if (f.factors.empty()) return "--capacity-factor needs at least one value";
   for (double c : f.factors) {
     if (!std::isfinite(c) || c <= 0 || c > 1e6) {
-      return "--capacity-factor values must be numbers in (0, 1e6] (got " + num(c) + ")";
+      return "--capacity-factor values must be numbers in (0, 1e6] (got " + format_g(c) + ")";
     }
   }
   if (f.policies.empty()) return "--overflow needs at least one value";
@@ -284,23 +272,23 @@ void print_agg(const Agg& a, const CapacityFlags& f, const std::vector<std::stri
   std::printf("imbalance max/mean: real %.2f (mean over layers; worst layer %.2f), sampled %.2f (B=%d pooled)\n",
               a.real_imb, a.real_imb_max, a.sim_imb, *std::max_element(f.batch.begin(), f.batch.end()));
   std::printf("  %-18s", "dropped %  F =");
-  for (double F : f.factors) std::printf(" %6s", fmt(F, 2).c_str());
+  for (double F : f.factors) std::printf(" %6s", format_fixed(F, 2).c_str());
   std::printf(" | %8s %8s\n", "F<1%", "worst");
   std::printf("  %-18s", "bound (B=inf)");
-  for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", fmt(100 * a.bound[fi], 2).c_str());
-  std::printf(" | %8s %8s\n", fmt(a.bound_f1_mean, 2).c_str(), fmt(a.bound_f1_worst, 2).c_str());
+  for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", format_fixed(100 * a.bound[fi], 2).c_str());
+  std::printf(" | %8s %8s\n", format_fixed(a.bound_f1_mean, 2).c_str(), format_fixed(a.bound_f1_worst, 2).c_str());
   for (size_t bi = 0; bi < f.batch.size(); ++bi) {
     for (size_t pi = 0; pi < P; ++pi) {
       const std::string label = pnames[pi] + " B=" + std::to_string(f.batch[bi]);
       std::printf("  %-18s", label.c_str());
-      for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", fmt(100 * a.drop[bi][fi * P + pi], 2).c_str());
+      for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", format_fixed(100 * a.drop[bi][fi * P + pi], 2).c_str());
       if (pnames[pi] == "drop") {
-        std::printf(" | %8s %8s\n", fmt(a.drop_f1_mean[bi], 2).c_str(), fmt(a.drop_f1_worst[bi], 2).c_str());
+        std::printf(" | %8s %8s\n", format_fixed(a.drop_f1_mean[bi], 2).c_str(), format_fixed(a.drop_f1_worst[bi], 2).c_str());
       } else {
         std::printf(" | %8s %8s\n", "-", "-");
         const std::string ml = "  moved B=" + std::to_string(f.batch[bi]);
         std::printf("  %-18s", ml.c_str());
-        for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", fmt(100 * a.moved[bi][fi * P + pi], 2).c_str());
+        for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", format_fixed(100 * a.moved[bi][fi * P + pi], 2).c_str());
         std::printf(" |\n");
       }
     }

@@ -8,17 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/core/mapped_file.h"
-#include "moe/placement/text_format.h"
+#include "moe/core/text_format.h"
 #include "moe/placement/replica_planner.h"
 #include "moe/stats/expert_load_stats.h"
 
 namespace moe {
-namespace {
-
-using placement_detail::num;
-using placement_detail::str;
-
-}  // namespace
 namespace {
 
 using nlohmann::json;
@@ -31,7 +25,7 @@ Status read_row(const json& v, const std::string& where, std::vector<double>* ou
     const std::string at = where + "[" + std::to_string(e) + "]";
     if (!v[e].is_number()) return invalid_argument(at + " is " + v[e].dump() + ", not a number");
     const double x = v[e].get<double>();
-    if (!std::isfinite(x) || x < 0) return invalid_argument(at + " is " + num(x) + ": loads must be finite and >= 0");
+    if (!std::isfinite(x) || x < 0) return invalid_argument(at + " is " + format_g(x) + ": loads must be finite and >= 0");
     (*out)[e] = x;
   }
   return ok_status();
@@ -115,7 +109,7 @@ StatusOr<LoadMatrix> parse_load_json(const std::string& text, const std::string&
   std::set<int> seen;
   for (size_t l = 0; l < m.layer_ids.size(); ++l) {
     if (!seen.insert(m.layer_ids[l]).second) {
-      return invalid_argument(src + "layer " + str(m.layer_ids[l]) + " appears twice (" + where[l] + ")");
+      return invalid_argument(src + "layer " + std::to_string(m.layer_ids[l]) + " appears twice (" + where[l] + ")");
     }
   }
   return m;

@@ -9,14 +9,11 @@
 
 #include "moe/core/check.h"
 #include "moe/placement/replica_packing.h"
-#include "moe/placement/text_format.h"
 
 namespace moe {
 
-using placement_detail::num;
 using placement_detail::iota_vec;
 using placement_detail::replicate;
-using placement_detail::str;
 
 std::vector<double> rank_loads(const LayerPlan& layer, const std::vector<double>& load, int num_ranks) {
   std::vector<double> out(static_cast<size_t>(num_ranks), 0.0);
@@ -84,7 +81,7 @@ double max_load_lower_bound(const std::vector<double>& load, int num_ranks, int 
 StatusOr<PlanMetrics> evaluate_plan(const PlacementPlan& plan, const std::vector<std::vector<double>>& load,
                                     int num_nodes) {
   if (num_nodes < 1 || plan.num_ranks % num_nodes != 0) {
-    return invalid_argument("num_ranks " + str(plan.num_ranks) + " is not divisible by num_nodes " + str(num_nodes));
+    return invalid_argument("num_ranks " + std::to_string(plan.num_ranks) + " is not divisible by num_nodes " + std::to_string(num_nodes));
   }
   if (plan.layers.size() != load.size()) {
     return invalid_argument("the plan has " + std::to_string(plan.layers.size()) + " layers but the load has " +
@@ -96,7 +93,7 @@ StatusOr<PlanMetrics> evaluate_plan(const PlacementPlan& plan, const std::vector
   for (size_t l = 0; l < load.size(); ++l) {
     if (load[l].size() != static_cast<size_t>(plan.num_experts)) {
       return invalid_argument("load layer " + std::to_string(l) + " has " + std::to_string(load[l].size()) +
-                              " experts but the plan has num_experts " + str(plan.num_experts));
+                              " experts but the plan has num_experts " + std::to_string(plan.num_experts));
     }
     LayerMetrics m = evaluate_layer(plan.layers[l], load[l], plan.num_ranks, num_nodes);
     sum_max += m.max_load;

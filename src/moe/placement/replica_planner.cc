@@ -13,13 +13,11 @@
 #include "moe/core/check.h"
 #include "moe/core/mapped_file.h"
 #include "moe/placement/replica_packing.h"
-#include "moe/placement/text_format.h"
+#include "moe/core/text_format.h"
 
 namespace moe {
 namespace {
 
-using placement_detail::num;
-using placement_detail::str;
 using placement_detail::Packer;
 using placement_detail::kRelEps;
 using placement_detail::replicate;
@@ -183,15 +181,15 @@ void plan_grouped(const std::vector<double>& w, const LayerShape& L, LayerPlan* 
 }  // namespace
 
 Status validate_planner_input(const PlannerInput& in) {
-  if (in.num_ranks < 1) return invalid_argument("num_ranks must be >= 1 (got " + str(in.num_ranks) + ")");
-  if (in.num_nodes < 1) return invalid_argument("num_nodes must be >= 1 (got " + str(in.num_nodes) + ")");
+  if (in.num_ranks < 1) return invalid_argument("num_ranks must be >= 1 (got " + std::to_string(in.num_ranks) + ")");
+  if (in.num_nodes < 1) return invalid_argument("num_nodes must be >= 1 (got " + std::to_string(in.num_nodes) + ")");
   if (in.num_ranks % in.num_nodes != 0) {
-    return invalid_argument("num_ranks " + str(in.num_ranks) + " is not divisible by num_nodes " + str(in.num_nodes) +
+    return invalid_argument("num_ranks " + std::to_string(in.num_ranks) + " is not divisible by num_nodes " + std::to_string(in.num_nodes) +
                             " (every node needs the same number of ranks)");
   }
-  if (in.slots_per_rank < 1) return invalid_argument("slots_per_rank must be >= 1 (got " + str(in.slots_per_rank) + ")");
+  if (in.slots_per_rank < 1) return invalid_argument("slots_per_rank must be >= 1 (got " + std::to_string(in.slots_per_rank) + ")");
   if (in.replica_cap < 1) {
-    return invalid_argument("replica_cap must be >= 1 (got " + str(in.replica_cap) +
+    return invalid_argument("replica_cap must be >= 1 (got " + std::to_string(in.replica_cap) +
                             "): every expert keeps at least one replica");
   }
   if (in.load.empty()) return invalid_argument("load has no layers");
@@ -205,7 +203,7 @@ Status validate_planner_input(const PlannerInput& in) {
     for (size_t e = 0; e < E; ++e) {
       const double v = in.load[l][e];
       if (!std::isfinite(v) || v < 0) {
-        return invalid_argument("load[" + std::to_string(l) + "][" + std::to_string(e) + "] is " + num(v) +
+        return invalid_argument("load[" + std::to_string(l) + "][" + std::to_string(e) + "] is " + format_g(v) +
                                 ": loads must be finite and >= 0");
       }
     }
@@ -217,29 +215,29 @@ Status validate_planner_input(const PlannerInput& in) {
     }
     std::set<int> seen;
     for (int id : in.layer_ids) {
-      if (id < 0) return invalid_argument("layer_ids: layer id " + str(id) + " is negative");
-      if (!seen.insert(id).second) return invalid_argument("layer_ids: layer " + str(id) + " appears twice");
+      if (id < 0) return invalid_argument("layer_ids: layer id " + std::to_string(id) + " is negative");
+      if (!seen.insert(id).second) return invalid_argument("layer_ids: layer " + std::to_string(id) + " appears twice");
     }
   }
   const int64_t slots = static_cast<int64_t>(in.num_ranks) * in.slots_per_rank;
   if (slots < static_cast<int64_t>(E)) {
     const int64_t need = (static_cast<int64_t>(E) + in.num_ranks - 1) / in.num_ranks;
-    return invalid_argument("num_ranks " + str(in.num_ranks) + " x slots_per_rank " + str(in.slots_per_rank) + " = " +
+    return invalid_argument("num_ranks " + std::to_string(in.num_ranks) + " x slots_per_rank " + std::to_string(in.slots_per_rank) + " = " +
                             std::to_string(slots) + " slots cannot hold each of the " + std::to_string(E) +
                             " experts once (need slots_per_rank >= " + std::to_string(need) + ")");
   }
   if (!std::isfinite(in.max_load_tolerance) || in.max_load_tolerance < 0 || in.max_load_tolerance > 1) {
-    return invalid_argument("max_load_tolerance must be in [0, 1] (got " + num(in.max_load_tolerance) + ")");
+    return invalid_argument("max_load_tolerance must be in [0, 1] (got " + format_g(in.max_load_tolerance) + ")");
   }
-  if (in.num_groups < 0) return invalid_argument("num_groups must be >= 0 (got " + str(in.num_groups) + ")");
+  if (in.num_groups < 0) return invalid_argument("num_groups must be >= 0 (got " + std::to_string(in.num_groups) + ")");
   if (in.num_groups > 0) {
     if (E % static_cast<size_t>(in.num_groups) != 0) {
-      return invalid_argument("num_groups " + str(in.num_groups) + " does not divide the " + std::to_string(E) +
+      return invalid_argument("num_groups " + std::to_string(in.num_groups) + " does not divide the " + std::to_string(E) +
                               " experts into equal groups");
     }
     if (in.num_groups % in.num_nodes != 0) {
-      return invalid_argument("num_groups " + str(in.num_groups) + " is not a multiple of num_nodes " +
-                              str(in.num_nodes) + " (each node gets whole groups, the same number each)");
+      return invalid_argument("num_groups " + std::to_string(in.num_groups) + " is not a multiple of num_nodes " +
+                              std::to_string(in.num_nodes) + " (each node gets whole groups, the same number each)");
     }
   }
   return ok_status();
