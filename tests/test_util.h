@@ -1,6 +1,7 @@
 // Helpers shared by tests: paths to repository data, file I/O, running the CLI.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -16,6 +17,21 @@ inline std::string source_dir() { return MOE_SOURCE_DIR; }
 inline std::string tiny_model_dir() { return source_dir() + "/models/tiny-mixtral-shakespeare"; }
 inline std::string golden_dir() { return source_dir() + "/tests/data/golden"; }
 inline std::string moe_binary() { return MOE_BINARY; }
+// The data shared between checkouts (routing statistics, prompts, model configs): the
+// folder next to the source tree, not in the repository. Tests that need it skip loudly
+// with MOE_SKIP_IF_MISSING when it is absent.
+inline std::string shared_data_dir() { return source_dir() + "/../shared/data"; }
+
+// Skips the current test, naming the missing path, when `path` does not exist.
+#define MOE_SKIP_IF_MISSING(path)                                                             \
+  do {                                                                                        \
+    const std::string moe_skip_path_ = (path);                                                \
+    struct stat moe_skip_st_ {};                                                              \
+    if (::stat(moe_skip_path_.c_str(), &moe_skip_st_) != 0) {                                 \
+      GTEST_SKIP() << "SKIPPED: missing " << moe_skip_path_                                   \
+                   << " (shared data outside the repository; this test checks nothing without it)"; \
+    }                                                                                         \
+  } while (0)
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,7 +1,7 @@
 // `moe bench moe-layer` and `moe bench capacity` with tiny sizes: a row per token count
 // and router, the capacity arithmetic (huge factor: nothing dropped; factor 0.5 under
 // drop: at least the share that cannot fit is dropped; reroute never drops more than
-// drop), the real routing data when /work/shared holds it, and bad flags and files:
+// drop), the real routing data when ../shared next to the source tree holds it, and bad flags and files:
 // exit 1 (error) or 2 (usage) with a message naming the flag.
 #include <gtest/gtest.h>
 
@@ -24,7 +24,7 @@ using moe::testing::ScopedTempDir;
 using moe::testing::sh_quote;
 using moe::testing::write_file;
 
-const char* kRouting = "/work/shared/data/routing";
+const std::string kRouting = moe::testing::shared_data_dir() + "/routing";
 
 CommandResult moe_cmd(const std::string& args) { return run_command(moe_binary() + " " + args); }
 
@@ -172,7 +172,8 @@ TEST_F(BenchCapacityCliTest, OlmoeFormatAndTable) {
 TEST(BenchCapacityRealDataTest, DeepseekAndOlmoe) {
   const std::string sg = std::string(kRouting) + "/sglang_deepseek_v3_ep_statistics/prefill_in512.json";
   const std::string ol = std::string(kRouting) + "/olmoe_paper_expert_counts.json";
-  if (!std::filesystem::exists(sg) || !std::filesystem::exists(ol)) GTEST_SKIP() << "no " << kRouting;
+  MOE_SKIP_IF_MISSING(sg);
+  MOE_SKIP_IF_MISSING(ol);
   json j = moe_json("bench capacity --routing-file " + sh_quote(sg) + " --routing-file " + sh_quote(ol) +
                     " --olmoe-models mistral --batch 128 --capacity-factor 0.5,1000 --steps 1 --threads 2 --format json");
   ASSERT_EQ(j["sources"].size(), 6u);  // DeepSeek + 5 Mixtral domains
@@ -229,6 +230,10 @@ TEST_F(BenchCapacityCliTest, BadFiles) {
   expect_error_exit(moe_cmd("bench capacity --routing-file " + sh_quote(ragged)), {ragged, "expected 9"});
   const std::string zero = write("zero.json", "{\"logical_count\": [[0,0,0,0,0,0,0,0]]}");
   expect_error_exit(moe_cmd("bench capacity --routing-file " + sh_quote(zero)), {zero, "zero"});
+  // Without --routing-file the files come from --routing-dir: a folder without them names it.
+  const std::string empty_dir = dir_.file("no_routing_here");
+  expect_error_exit(moe_cmd("bench capacity --routing-dir " + sh_quote(empty_dir)),
+                    {"--routing-dir", empty_dir, "olmoe_paper_expert_counts.json", "--routing-file"});
 }
 
 }  // namespace

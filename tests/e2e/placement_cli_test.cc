@@ -136,8 +136,9 @@ TEST(PlacementCliTest, BadPlanFiles) {
 }
 
 TEST(PlacementCliTest, RealDeepSeekV3Statistics) {
-  const std::string path = "/work/shared/data/routing/sglang_deepseek_v3_ep_statistics/decode_in1000out1000.json";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const std::string path =
+      moe::testing::shared_data_dir() + "/routing/sglang_deepseek_v3_ep_statistics/decode_in1000out1000.json";
+  MOE_SKIP_IF_MISSING(path);
   const std::string out = write_temp("dsv3_plan.json", "");
   auto r = placement("plan --format json --load " + path +
                      " --num-ranks 16 --num-nodes 2 --slots-per-rank 18 --num-experts 256 --out " + out);

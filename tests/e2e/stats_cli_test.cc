@@ -1,5 +1,5 @@
 // `moe stats show|plot`: a hand-made statistics file, SGLang's DeepSeek-V3 expert
-// distribution (when /work/shared holds it), and bad input: exit 1 (error) or 2 (usage),
+// distribution (when ../shared next to the source tree holds it; skipped loudly otherwise), and bad input: exit 1 (error) or 2 (usage),
 // never a crash, with a message naming the file, field or flag.
 #include <gtest/gtest.h>
 
@@ -20,7 +20,8 @@ using moe::testing::ScopedTempDir;
 using moe::testing::sh_quote;
 using moe::testing::write_file;
 
-const char* kSglangFile = "/work/shared/data/routing/sglang_deepseek_v3_ep_statistics/decode_in1000out1000.json";
+const std::string kSglangFile =
+    moe::testing::shared_data_dir() + "/routing/sglang_deepseek_v3_ep_statistics/decode_in1000out1000.json";
 
 CommandResult moe_cmd(const std::string& args) { return run_command(moe_binary() + " " + args); }
 
@@ -90,7 +91,7 @@ TEST_F(StatsCliTest, ShowHandMadeFile) {
 }
 
 TEST_F(StatsCliTest, SglangDeepSeekV3Statistics) {
-  if (!std::filesystem::exists(kSglangFile)) GTEST_SKIP() << kSglangFile << " is not here";
+  MOE_SKIP_IF_MISSING(kSglangFile);
   const std::string out = dir_.file("dsv3.svg");
   auto r = moe_cmd("stats plot --stats " + sh_quote(kSglangFile) + " --out " + sh_quote(out) + " --normalize layer");
   ASSERT_EQ(r.exit_code, 0) << r.output;

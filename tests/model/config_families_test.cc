@@ -105,9 +105,8 @@ TEST(ConfigFamiliesTest, DeepseekV3RouterAndLayers) {
 }
 
 TEST(ConfigFamiliesTest, RealPublishedConfigs) {
-  const std::string dir = source_dir() + "/../shared/data/model_configs";
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) GTEST_SKIP() << "no " << dir;
+  const std::string dir = moe::testing::shared_data_dir() + "/model_configs";
+  MOE_SKIP_IF_MISSING(dir);
   {
     const ModelConfig c = parse_ok(load_json(dir + "/qwen3-30b-a3b.json"));
     EXPECT_EQ(c.router.num_experts, 128);

@@ -355,7 +355,7 @@ TEST(LoadFileTest, BadFiles) {
   expect_bad_load(R"({"load": []})", {"'load' must be a non-empty list"});
   expect_bad_load(R"({"load": [[1]], "layer_ids": [1, 2]})", {"layer_ids"});
   expect_bad_load(R"({"load": [[1], [2]], "layer_ids": [1, 1]})", {"layer 1 appears twice"});
-  expect_bad_load(R"({"logical_count": [[1, 2], [1, 2, 3]]})", {"logical_count[1] has 3 experts, expected 2"});
+  expect_bad_load(R"({"logical_count": [[1, 2], [1, 2, 3]]})", {"logical_count[1] has 3 entries but logical_count[0] has 2", "expected 2"});
   expect_bad_load(R"({"logical_count": [[0, 0], [0, 0]]})", {"all zeros"});
   expect_bad_load(R"({"layers": [{"tokens_per_expert": [1, 2]}, {"tokens_per_expert": [1]}]})",
                   {"layers[1].tokens_per_expert has 1 experts, expected 2"});

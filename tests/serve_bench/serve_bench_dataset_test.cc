@@ -23,7 +23,7 @@ namespace {
 
 std::string fixture(const std::string& name) { return moe::testing::source_dir() + "/tests/serve_bench/data/" + name; }
 std::string shared_prompts(const std::string& name) {
-  return moe::testing::source_dir() + "/../shared/data/prompts/" + name;
+  return moe::testing::shared_data_dir() + "/prompts/" + name;
 }
 
 sb::DatasetOptions opts(int n) {
@@ -238,7 +238,7 @@ TEST(ServeBenchDataset, LoadDatasetErrors) {
 
 TEST(ServeBenchDataset, ShippedTokenizerCountsSyntheticPromptsExactly) {
   auto tok = moe::Tokenizer::load(moe::testing::tiny_model_dir());
-  if (!tok.ok()) GTEST_SKIP() << tok.status().message();
+  if (!tok.ok()) GTEST_SKIP() << "SKIPPED: the shipped tokenizer did not load: " << tok.status().message();
   for (int n : {2, 3, 17, 100, 511}) {
     for (uint64_t v : {0u, 1u, 49u, 12345u}) {
       EXPECT_EQ(static_cast<int>((*tok)->encode(sb::synthetic_prompt(n, v)).size()), n) << n << " variant " << v;
@@ -248,7 +248,7 @@ TEST(ServeBenchDataset, ShippedTokenizerCountsSyntheticPromptsExactly) {
 
 TEST(ServeBenchDataset, RealShareGptWithEstimateAndTokenizer) {
   const std::string path = shared_prompts("sharegpt_v3_filtered_500.json");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent";
+  MOE_SKIP_IF_MISSING(path);
   auto ds = sb::load_dataset(path, sb::DatasetFormat::kAuto, opts(200));
   ASSERT_TRUE(ds.ok()) << ds.status().message();
   ASSERT_EQ(ds->requests.size(), 200u);
@@ -262,7 +262,7 @@ TEST(ServeBenchDataset, RealShareGptWithEstimateAndTokenizer) {
   EXPECT_EQ(distinct.size(), 200u);
 
   auto tok = moe::Tokenizer::load(moe::testing::tiny_model_dir());
-  if (!tok.ok()) GTEST_SKIP() << tok.status().message();
+  if (!tok.ok()) GTEST_SKIP() << "SKIPPED: the shipped tokenizer did not load: " << tok.status().message();
   const moe::Tokenizer* t = tok->get();
   auto exact = opts(200);
   exact.count_tokens = [t](std::string_view s) { return static_cast<int>(t->encode(std::string(s)).size()); };
@@ -286,7 +286,7 @@ TEST(ServeBenchDataset, RealShareGptWithEstimateAndTokenizer) {
 
 TEST(ServeBenchDataset, RealSplitwiseTrace) {
   const std::string path = shared_prompts("vidur_splitwise_conv.csv");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " absent";
+  MOE_SKIP_IF_MISSING(path);
   auto o = opts(1000);
   o.trace_time_scale = 10;
   auto ds = sb::load_dataset(path, sb::DatasetFormat::kAuto, o);

@@ -281,6 +281,34 @@ TEST(ExpertLoadStatsTest, ParsesSglangLogicalCountSkippingZeroLayers) {
   EXPECT_DOUBLE_EQ(s->imbalance(1), 2.25);
 }
 
+// The one SGLang parser, as the placement load files and `moe bench capacity` use it.
+TEST(SglangLogicalCountTest, ParsesRowsAndListsZeroLayers) {
+  const auto j = nlohmann::json::parse(R"({"logical_count": [[0, 0], [807392.0, 1], [0.0, 0], [2, 3]]})");
+  auto sg = parse_sglang_logical_count(j, "sg.json");
+  ASSERT_TRUE(sg.ok()) << sg.status().to_string();
+  EXPECT_EQ(sg->layer_ids, (std::vector<int>{1, 3}));
+  EXPECT_EQ(sg->zero_layers, (std::vector<int>{0, 2}));
+  EXPECT_EQ(sg->num_experts(), 2);
+  EXPECT_EQ(sg->counts[0], (std::vector<int64_t>{807392, 1}));
+  EXPECT_EQ(sg->counts[1], (std::vector<int64_t>{2, 3}));
+}
+
+TEST(SglangLogicalCountTest, ErrorsNameSourceAndField) {
+  auto bad = [](const char* text) {
+    auto sg = parse_sglang_logical_count(nlohmann::json::parse(text), "sg.json");
+    EXPECT_FALSE(sg.ok()) << text;
+    return sg.ok() ? std::string() : sg.status().message();
+  };
+  EXPECT_CONTAINS(bad(R"({"logical_count": 3})"), "sg.json: field 'logical_count' must be an array");
+  EXPECT_CONTAINS(bad(R"({"logical_count": []})"), "is empty");
+  EXPECT_CONTAINS(bad(R"({"logical_count": [[1, 2], [1]]})"),
+                  "sg.json: logical_count[1] has 1 entries but logical_count[0] has 2");
+  EXPECT_CONTAINS(bad(R"({"logical_count": [[1, 2], [1]]})"), "expected 2");
+  EXPECT_CONTAINS(bad(R"({"logical_count": [[1, -2]]})"), "logical_count[0][1] must be a non-negative integer (got -2)");
+  EXPECT_CONTAINS(bad(R"({"logical_count": [[1, 2.5]]})"), "logical_count[0][1]");
+  EXPECT_CONTAINS(bad(R"({"logical_count": [[0, 0]]})"), "every layer is all zeros");
+}
+
 TEST(ExpertLoadStatsTest, DeeplyNestedInputIsAnErrorNotACrash) {
   // Error messages show arrays by size, never dumped (which would recurse this deep).
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');

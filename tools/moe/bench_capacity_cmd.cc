@@ -9,9 +9,11 @@
 // noise, sorted descending; equivalently ascending Exp(1)/w_e, which is what we
 // compute), its top-k is the routing and the whole order is `ranked`; the real
 // apply_capacity (comm = nullptr) then runs on the batch. Averaged over steps with a
-// fixed seed, then over a source's layers.
+// fixed seed, then over a source's layers. The sampler is RoutingSimulator
+// (moe/stats/routing_simulator.h); SGLang files are read by parse_sglang_logical_count.
 //
-//   moe bench capacity                                  # every default source
+//   moe bench capacity                                  # every file of --routing-dir
+//   moe bench capacity --routing-dir DIR                # default: ../shared/data/routing
 //   moe bench capacity --routing-file PATH --batch 4096
 #include <omp.h>
 
@@ -29,27 +31,24 @@
 #include <string>
 #include <vector>
 
+#include "bench_capacity_sources.h"
 #include "commands.h"
 #include "moe/core/check.h"
+#include "moe/core/text_format.h"
 #include "moe/moe/capacity.h"
+#include "moe/stats/routing_simulator.h"
 
 namespace moe::cli {
 namespace {
 
-// A double as the user would write it (%g).
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
 using nlohmann::json;
 
-constexpr const char* kRoutingDir = "/work/shared/data/routing";
-constexpr int kDeepseekTopK = 8;  // DeepSeek-V3 num_experts_per_tok (SGLang files: top-8)
+// The routing data shared next to the source tree (not in the repository).
+constexpr const char* kDefaultRoutingDir = MOE_SOURCE_DIR "/../shared/data/routing";
 
 struct CapacityFlags {
-  std::vector<std::string> files;  // empty: the defaults
+  std::vector<std::string> files;  // empty: the files of routing_dir
+  std::string routing_dir = kDefaultRoutingDir;
   std::vector<int> batch = {256, 4096};
   std::vector<double> factors = {0.5, 0.75, 1.0, 1.25, 1.5, 2.0};
   std::vector<std::string> policies = {"drop", "reroute"};
@@ -61,22 +60,6 @@ struct CapacityFlags {
   std::string format = "table";
 };
 
-// One source: a model's counts for one domain (OLMoE file) or one SGLang file.
-struct Source {
-  std::string name;   // e.g. "olmoe arxiv", "deepseek-v3 prefill_in512"
-  std::string group;  // summary group
-  std::string file;
-  int E = 0, k = 0;
-  int skipped = 0;  // all-zero (dense) layers skipped
-  std::vector<std::string> layer_names;
-  std::vector<std::vector<double>> counts;  // [layer][expert]
-};
-
-std::string fmt(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", prec, v);
-  return buf;
-}
 
 std::string validate(const CapacityFlags& f) {
   if (f.batch.empty()) return "--batch needs at least one value";
@@ -86,7 +69,7 @@ std::string validate(const CapacityFlags& f) {
   if (f.factors.empty()) return "--capacity-factor needs at least one value";
   for (double c : f.factors) {
     if (!std::isfinite(c) || c <= 0 || c > 1e6) {
-      return "--capacity-factor values must be numbers in (0, 1e6] (got " + num(c) + ")";
+      return "--capacity-factor values must be numbers in (0, 1e6] (got " + format_g(c) + ")";
     }
   }
   if (f.policies.empty()) return "--overflow needs at least one value";
@@ -108,191 +91,7 @@ std::string validate(const CapacityFlags& f) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Loading.
-
-// Checks one count vector: `n` finite, non-negative numbers.
-std::string check_counts(const json& v, size_t n, std::vector<double>* out) {
-  if (!v.is_array()) return "is not a list of numbers";
-  if (v.size() != n) return "has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n);
-  out->resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (!v[i].is_number()) return "entry " + std::to_string(i) + " is not a number";
-    const double c = v[i].get<double>();
-    if (!std::isfinite(c) || c < 0) return "entry " + std::to_string(i) + " is negative or not finite";
-    (*out)[i] = c;
-  }
-  return "";
-}
-
-bool all_zero(const std::vector<double>& v) {
-  return std::all_of(v.begin(), v.end(), [](double c) { return c == 0; });
-}
-
-std::string load_sglang(const std::string& path, const json& j, std::vector<Source>* out) {
-  const json& lc = j["logical_count"];
-  if (!lc.is_array() || lc.empty() || !lc[0].is_array() || lc[0].empty()) {
-    return path + ": logical_count must be a non-empty list of per-layer lists";
-  }
-  Source s;
-  s.file = path;
-  const std::string stem = std::filesystem::path(path).stem().string();
-  s.name = "deepseek-v3 " + stem;
-  s.group = stem.rfind("prefill", 0) == 0 ? "DeepSeek-V3 prefill"
-            : stem.rfind("decode", 0) == 0 ? "DeepSeek-V3 decode"
-                                            : "DeepSeek-V3";
-  s.E = static_cast<int>(lc[0].size());
-  s.k = kDeepseekTopK;
-  if (s.E < s.k) return path + ": " + std::to_string(s.E) + " experts per layer, fewer than top-8";
-  for (size_t l = 0; l < lc.size(); ++l) {
-    std::vector<double> c;
-    if (std::string bad = check_counts(lc[l], static_cast<size_t>(s.E), &c); !bad.empty()) {
-      return path + ": logical_count[" + std::to_string(l) + "] " + bad;
-    }
-    if (all_zero(c)) {
-      ++s.skipped;
-      continue;
-    }
-    s.layer_names.push_back("L" + std::to_string(l));
-    s.counts.push_back(std::move(c));
-  }
-  if (s.counts.empty()) return path + ": every layer's counts are zero";
-  out->push_back(std::move(s));
-  return "";
-}
-
-std::string load_olmoe(const std::string& path, const json& j, const std::vector<std::string>& models,
-                       std::vector<Source>* out) {
-  const json& ms = j["models"];
-  if (!ms.is_object()) return path + ": 'models' is not an object";
-  for (const std::string& m : models) {
-    if (!ms.contains(m)) {
-      std::string have;
-      for (auto it = ms.begin(); it != ms.end(); ++it) have += (have.empty() ? "" : ", ") + it.key();
-      return "--olmoe-models: " + path + " has no model '" + m + "' (it has " + have + ")";
-    }
-    const json& mj = ms[m];
-    if (!mj.is_object() || !mj.contains("num_experts") || !mj["num_experts"].is_number_integer() ||
-        !mj.contains("top_k") || !mj["top_k"].is_number_integer() || !mj.contains("topk") ||
-        !mj["topk"].is_object()) {
-      return path + ": models." + m + " needs integer num_experts, top_k and a 'topk' object";
-    }
-    const int E = mj["num_experts"].get<int>(), k = mj["top_k"].get<int>();
-    if (E < 1 || k < 1 || k > E) return path + ": models." + m + ": bad num_experts/top_k";
-    const std::string display = mj.value("model", m);
-    const std::string group = display.substr(0, display.find(' ')) + " (k=" + std::to_string(k) + ")";
-    for (auto dom = mj["topk"].begin(); dom != mj["topk"].end(); ++dom) {
-      if (!dom.value().is_object()) return path + ": models." + m + ".topk." + dom.key() + " is not an object";
-      Source s;
-      s.file = path;
-      s.name = m + " " + dom.key();
-      s.group = group;
-      s.E = E;
-      s.k = k;
-      // Layers in numeric order ("layer_0", "layer_7", "layer_15").
-      std::vector<std::pair<int, std::string>> names;
-      for (auto ly = dom.value().begin(); ly != dom.value().end(); ++ly) {
-        const std::string key = ly.key();
-        int num = -1;
-        if (key.rfind("layer_", 0) == 0) num = std::atoi(key.c_str() + 6);
-        names.push_back({num, key});
-      }
-      std::sort(names.begin(), names.end());
-      for (const auto& [num, key] : names) {
-        std::vector<double> c;
-        const std::string where = path + ": models." + m + ".topk." + dom.key() + "." + key;
-        if (std::string bad = check_counts(dom.value()[key], static_cast<size_t>(E), &c); !bad.empty()) {
-          return where + " " + bad;
-        }
-        if (all_zero(c)) {
-          ++s.skipped;
-          continue;
-        }
-        s.layer_names.push_back(num >= 0 ? "L" + std::to_string(num) : key);
-        s.counts.push_back(std::move(c));
-      }
-      if (!s.counts.empty()) out->push_back(std::move(s));
-    }
-  }
-  return "";
-}
-
-std::string load_file(const std::string& path, const CapacityFlags& f, std::vector<Source>* out) {
-  std::ifstream in(path);
-  if (!in) return "--routing-file " + path + ": cannot open (" + std::strerror(errno) + ")";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return "--routing-file " + path + ": not valid JSON";
-  std::string bad;
-  if (j.is_object() && j.contains("logical_count")) {
-    bad = load_sglang(path, j, out);
-  } else if (j.is_object() && j.contains("models")) {
-    bad = load_olmoe(path, j, f.olmoe_models, out);
-  } else {
-    bad = "--routing-file " + path +
-          ": unrecognised format (expected SGLang's {\"logical_count\": [[...]]} or the OLMoE expert-counts file with "
-          "'models')";
-  }
-  if (!bad.empty() && bad.rfind("--", 0) != 0) bad = "--routing-file " + bad;
-  return bad;
-}
-
-std::string default_files(std::vector<std::string>* files) {
-  const std::string olmoe = std::string(kRoutingDir) + "/olmoe_paper_expert_counts.json";
-  const std::string sg = std::string(kRoutingDir) + "/sglang_deepseek_v3_ep_statistics";
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(olmoe, ec) || !std::filesystem::is_directory(sg, ec)) {
-    return std::string("the default routing data (") + olmoe + ", " + sg +
-           "/*.json) is missing: pass --routing-file PATH";
-  }
-  files->push_back(olmoe);
-  std::vector<std::string> sgl;
-  for (const auto& e : std::filesystem::directory_iterator(sg, ec)) {
-    if (e.path().extension() == ".json") sgl.push_back(e.path().string());
-  }
-  std::sort(sgl.begin(), sgl.end());
-  files->insert(files->end(), sgl.begin(), sgl.end());
-  return "";
-}
-
-// ---------------------------------------------------------------------------------------
 // Simulation.
-
-struct Rng {  // splitmix64
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double open01() { return (static_cast<double>(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-};
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// The drop policy's dropped assignments for per-expert totals n_e: sum_e max(0, n_e - cap)
-// (what apply_capacity computes; checked against it at the table's factors).
-int64_t dropped_for(const std::vector<int64_t>& n, int64_t cap) {
-  int64_t d = 0;
-  for (int64_t v : n) d += std::max<int64_t>(0, v - cap);
-  return d;
-}
-
-// Smallest factor in [0, hi] with frac(F) < 0.01 for a non-increasing frac, to 1e-3.
-template <typename Fn>
-double factor_for_one_percent(Fn frac, double hi) {
-  if (frac(hi) >= 0.01) return hi;
-  double lo = 0;
-  while (hi - lo > 1e-3) {
-    const double mid = 0.5 * (lo + hi);
-    (frac(mid) < 0.01 ? hi : lo) = mid;
-  }
-  return hi;
-}
 
 // Per layer results.
 struct LayerSim {
@@ -312,30 +111,13 @@ int steps_for(const CapacityFlags& f, int B) {
 LayerSim simulate_layer(const Source& s, size_t layer, const CapacityFlags& f,
                         const std::vector<OverflowPolicy>& policies) {
   const int E = s.E, k = s.k;
-  const std::vector<double>& c = s.counts[layer];
-  double total = 0, mx = 0;
-  for (double v : c) {
-    total += v;
-    mx = std::max(mx, v);
-  }
+  StatusOr<RoutingSimulator> made =
+      RoutingSimulator::create(s.counts[layer], k, parse_routing_sampler(f.sampler).value());
+  MOE_CHECK(made.ok());  // the loaders checked the counts and k <= E
+  const RoutingSimulator& sim = *made;
   LayerSim r;
-  r.real_imbalance = mx / (total / E);
-  std::vector<double> q(static_cast<size_t>(E)), inv_w(static_cast<size_t>(E));
-  for (int e = 0; e < E; ++e) {
-    q[static_cast<size_t>(e)] = c[static_cast<size_t>(e)] / total;
-    // "share": w = q. "matched": w = -log(1 - k q), so that a token's chance of holding
-    // e in its top-k, ~ 1 - exp(-w_e t) with the threshold t ~ 1, is k q_e, the measured
-    // marginal (plain shares flatten the skew: a sample without replacement cannot give
-    // a heavy expert k q_e).
-    const double kq = std::min(k * q[static_cast<size_t>(e)], 1.0 - 1e-9);
-    const double w = f.sampler == "share" ? q[static_cast<size_t>(e)] : -std::log1p(-kq);
-    inv_w[static_cast<size_t>(e)] = w > 0 ? 1.0 / w : INFINITY;
-  }
-  auto bound_at = [&](double F) {
-    double d = 0;
-    for (double v : q) d += std::max(0.0, v - F / E);
-    return d;
-  };
+  r.real_imbalance = sim.imbalance();
+  auto bound_at = [&](double F) { return sim.drop_bound(F); };
   for (double F : f.factors) r.bound.push_back(bound_at(F));
   r.bound_f1 = factor_for_one_percent(bound_at, static_cast<double>(E));
 
@@ -343,46 +125,39 @@ LayerSim simulate_layer(const Source& s, size_t layer, const CapacityFlags& f,
   r.drop.assign(f.batch.size(), std::vector<double>(NF * P, 0.0));
   r.moved = r.drop;
   r.step_counts.resize(f.batch.size());
-  std::vector<std::pair<double, int>> keys(static_cast<size_t>(E));
+  SimulatedStep step;
   std::vector<int64_t> pooled;  // the largest batch size's counts, pooled over its steps
   const size_t largest = static_cast<size_t>(std::max_element(f.batch.begin(), f.batch.end()) - f.batch.begin());
   for (size_t bi = 0; bi < f.batch.size(); ++bi) {
     const int B = f.batch[bi];
     const int steps = steps_for(f, B);
-    const size_t n = static_cast<size_t>(B);
-    std::vector<int> topk(n * static_cast<size_t>(k)), ranked(n * static_cast<size_t>(E)), idx(topk.size());
-    std::vector<float> w(topk.size());
+    std::vector<int> idx;
+    std::vector<float> w(static_cast<size_t>(B) * static_cast<size_t>(k));
     std::vector<int64_t> sum(static_cast<size_t>(E), 0);
     StepRoutingCounts counts;
     for (int st = 0; st < steps; ++st) {
-      Rng rng{fnv1a(s.name + "/" + s.layer_names[layer] + "/" + std::to_string(B) + "/" + std::to_string(st),
-                    static_cast<uint64_t>(f.seed) * 0x9E3779B97F4A7C15ull + 1469598103934665603ull)};
-      std::vector<int64_t> per(static_cast<size_t>(E), 0);
-      for (size_t t = 0; t < n; ++t) {
-        for (int e = 0; e < E; ++e) keys[static_cast<size_t>(e)] = {-std::log(rng.open01()) * inv_w[static_cast<size_t>(e)], e};
-        std::sort(keys.begin(), keys.end());  // ties (weight 0: +inf) to the lower id
-        int* row = ranked.data() + t * static_cast<size_t>(E);
-        for (int e = 0; e < E; ++e) row[e] = keys[static_cast<size_t>(e)].second;
-        for (int j = 0; j < k; ++j) {
-          topk[t * static_cast<size_t>(k) + static_cast<size_t>(j)] = row[j];
-          ++per[static_cast<size_t>(row[j])];
-        }
-      }
+      sim.sample_step(B, routing_step_seed(s.name + "/" + s.layer_names[layer] + "/" + std::to_string(B) + "/" +
+                                               std::to_string(st), f.seed),
+                      &step);
+      const std::vector<int64_t>& per = step.tokens_per_expert;
       for (int e = 0; e < E; ++e) sum[static_cast<size_t>(e)] += per[static_cast<size_t>(e)];
       const double assignments = static_cast<double>(B) * k;
       for (size_t fi = 0; fi < NF; ++fi) {
         for (size_t pi = 0; pi < P; ++pi) {
-          idx = topk;
+          idx = step.topk_idx;
           std::fill(w.begin(), w.end(), 1.0f / static_cast<float>(k));
           const CapacityOptions opt{policies[pi], f.factors[fi]};
-          const Status status = apply_capacity(opt, nullptr, B, k, E, idx.data(), w.data(), ranked.data(), &counts);
+          const Status status =
+              apply_capacity(opt, nullptr, B, k, E, idx.data(), w.data(), step.ranked.data(), &counts);
           MOE_CHECK(status.ok());
-          if (policies[pi] == OverflowPolicy::kDrop) MOE_CHECK(counts.dropped == dropped_for(per, counts.capacity));
+          if (policies[pi] == OverflowPolicy::kDrop) {
+            MOE_CHECK(counts.dropped == dropped_assignments(per, counts.capacity));
+          }
           r.drop[bi][fi * P + pi] += static_cast<double>(counts.dropped) / assignments / steps;
           r.moved[bi][fi * P + pi] += static_cast<double>(counts.rerouted) / assignments / steps;
         }
       }
-      r.step_counts[bi].push_back(std::move(per));
+      r.step_counts[bi].push_back(per);
     }
     if (bi == largest) pooled = sum;
   }
@@ -402,7 +177,9 @@ double mean_drop_at(const std::vector<const LayerSim*>& layers, size_t bi, int B
   for (const LayerSim* l : layers) {
     const int64_t cap = expert_capacity(B, k, E, F);
     double d = 0;
-    for (const auto& per : l->step_counts[bi]) d += static_cast<double>(dropped_for(per, cap)) / (static_cast<double>(B) * k);
+    for (const auto& per : l->step_counts[bi]) {
+      d += static_cast<double>(dropped_assignments(per, cap)) / (static_cast<double>(B) * k);
+    }
     acc += d / static_cast<double>(l->step_counts[bi].size());
   }
   return acc / static_cast<double>(layers.size());
@@ -495,23 +272,23 @@ void print_agg(const Agg& a, const CapacityFlags& f, const std::vector<std::stri
   std::printf("imbalance max/mean: real %.2f (mean over layers; worst layer %.2f), sampled %.2f (B=%d pooled)\n",
               a.real_imb, a.real_imb_max, a.sim_imb, *std::max_element(f.batch.begin(), f.batch.end()));
   std::printf("  %-18s", "dropped %  F =");
-  for (double F : f.factors) std::printf(" %6s", fmt(F, 2).c_str());
+  for (double F : f.factors) std::printf(" %6s", format_fixed(F, 2).c_str());
   std::printf(" | %8s %8s\n", "F<1%", "worst");
   std::printf("  %-18s", "bound (B=inf)");
-  for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", fmt(100 * a.bound[fi], 2).c_str());
-  std::printf(" | %8s %8s\n", fmt(a.bound_f1_mean, 2).c_str(), fmt(a.bound_f1_worst, 2).c_str());
+  for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", format_fixed(100 * a.bound[fi], 2).c_str());
+  std::printf(" | %8s %8s\n", format_fixed(a.bound_f1_mean, 2).c_str(), format_fixed(a.bound_f1_worst, 2).c_str());
   for (size_t bi = 0; bi < f.batch.size(); ++bi) {
     for (size_t pi = 0; pi < P; ++pi) {
       const std::string label = pnames[pi] + " B=" + std::to_string(f.batch[bi]);
       std::printf("  %-18s", label.c_str());
-      for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", fmt(100 * a.drop[bi][fi * P + pi], 2).c_str());
+      for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", format_fixed(100 * a.drop[bi][fi * P + pi], 2).c_str());
       if (pnames[pi] == "drop") {
-        std::printf(" | %8s %8s\n", fmt(a.drop_f1_mean[bi], 2).c_str(), fmt(a.drop_f1_worst[bi], 2).c_str());
+        std::printf(" | %8s %8s\n", format_fixed(a.drop_f1_mean[bi], 2).c_str(), format_fixed(a.drop_f1_worst[bi], 2).c_str());
       } else {
         std::printf(" | %8s %8s\n", "-", "-");
         const std::string ml = "  moved B=" + std::to_string(f.batch[bi]);
         std::printf("  %-18s", ml.c_str());
-        for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", fmt(100 * a.moved[bi][fi * P + pi], 2).c_str());
+        for (size_t fi = 0; fi < NF; ++fi) std::printf(" %6s", format_fixed(100 * a.moved[bi][fi * P + pi], 2).c_str());
         std::printf(" |\n");
       }
     }
@@ -553,11 +330,11 @@ int run_capacity(const CapacityFlags& f) {
   if (std::string bad = validate(f); !bad.empty()) return fail(bad);
   std::vector<std::string> files = f.files;
   if (files.empty()) {
-    if (std::string bad = default_files(&files); !bad.empty()) return fail(bad);
+    if (std::string bad = default_routing_files(f.routing_dir, &files); !bad.empty()) return fail(bad);
   }
   std::vector<Source> sources;
   for (const std::string& path : files) {
-    if (std::string bad = load_file(path, f, &sources); !bad.empty()) return fail(bad);
+    if (std::string bad = load_routing_file(path, f.olmoe_models, &sources); !bad.empty()) return fail(bad);
   }
   if (sources.empty()) return fail("--routing-file: no routing counts found in the given files");
   std::vector<OverflowPolicy> policies;
@@ -655,8 +432,10 @@ RunFn add_bench_capacity_command(CLI::App& app) {
   auto f = std::make_shared<CapacityFlags>();
   app.add_option("--routing-file", f->files,
                  "Routing counts (repeatable): SGLang logical_count JSON or the OLMoE expert-counts JSON; default: "
-                 "/work/shared/data/routing/olmoe_paper_expert_counts.json and "
-                 "/work/shared/data/routing/sglang_deepseek_v3_ep_statistics/*.json");
+                 "--routing-dir's olmoe_paper_expert_counts.json and sglang_deepseek_v3_ep_statistics/*.json");
+  app.add_option("--routing-dir", f->routing_dir,
+                 "Folder of the default routing files (used without --routing-file)")
+      ->capture_default_str();
   app.add_option("--batch", f->batch, "Tokens per simulated step (comma list)")->delimiter(',')->capture_default_str();
   app.add_option("--capacity-factor", f->factors, "Capacity factors (comma list)")->delimiter(',')->capture_default_str();
   app.add_option("--overflow", f->policies, "Policies (comma list): drop, reroute")->delimiter(',')->capture_default_str();

@@ -20,18 +20,13 @@
 #include "bench_moe_layer.h"
 #include "commands.h"
 #include "moe/comm/mpi_communicator.h"
+#include "moe/core/text_format.h"
 #include "moe/placement/expert_placement.h"
 
 namespace moe::cli {
 namespace {
 
 // A double as the user would write it (%g).
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
 struct MoeLayerFlags {
   std::vector<int> tokens = {1, 4, 16, 64, 256, 1024, 4096};
   std::vector<std::string> routers = {"all"};
@@ -66,7 +61,7 @@ std::string validate(const MoeLayerFlags& f) {
   // The upper bound keeps expert_capacity's double -> int64 conversion in range; any
   // factor >= num_experts / top_k already admits every assignment.
   if (!std::isfinite(f.capacity_factor) || f.capacity_factor <= 0 || f.capacity_factor > 1e6) {
-    return "--capacity-factor must be a number in (0, 1e6] (got " + num(f.capacity_factor) + ")";
+    return "--capacity-factor must be a number in (0, 1e6] (got " + format_g(f.capacity_factor) + ")";
   }
   if (auto p = parse_overflow_policy(f.overflow); !p.ok()) return "--overflow: " + p.status().message();
   if (f.threads < 1) return "--threads must be >= 1 (got " + std::to_string(f.threads) + ")";
@@ -120,7 +115,7 @@ void print_header(const MoeLayerFlags& f, const CapacityOptions& cap, int ranks)
   const std::string policy = cap.policy == OverflowPolicy::kDropless
                                  ? "dropless"
                                  : std::string(overflow_policy_name(cap.policy)) + ", capacity factor " +
-                                       num(cap.capacity_factor);
+                                       format_g(cap.capacity_factor);
   std::printf("moe bench moe-layer: %s, %d thread%s%s, hidden %d, moe_intermediate %d (defaults sized for a 2-core\n"
               "machine; real models use hidden 2048-7168), random bf16 weights (f32 compute), random activations,\n"
               "overflow policy %s\n",

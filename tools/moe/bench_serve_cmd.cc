@@ -25,6 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "moe/core/atomic_file.h"
+#include "moe/core/text_format.h"
 #include "moe/model/tokenizer.h"
 #include "moe/serve_bench/client.h"
 #include "moe/serve_bench/dataset.h"
@@ -67,26 +69,6 @@ struct BenchServeFlags {
   bool disable_progress = false;
 };
 
-// A double as Python prints a float (vLLM's header lines): 40.0, 0.5, 1e-05.
-std::string num(double v) {
-  char buf[32];
-  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) {
-    std::snprintf(buf, sizeof(buf), "%.1f", v);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.17g", v);
-    // the shortest form that reads back the same
-    for (int prec = 1; prec <= 17; ++prec) {
-      char t[32];
-      std::snprintf(t, sizeof(t), "%.*g", prec, v);
-      if (std::strtod(t, nullptr) == v) {
-        std::snprintf(buf, sizeof(buf), "%s", t);
-        break;
-      }
-    }
-  }
-  return buf;
-}
-
 int run_bench_serve(BenchServeFlags f) {
   // Flags first, before touching the dataset or the network.
   StatusOr<sb::BaseUrl> base = sb::parse_base_url(f.base_url);
@@ -98,7 +80,7 @@ int run_bench_serve(BenchServeFlags f) {
   if (f.num_prompts <= 0) return fail("--num-prompts must be >= 1, got " + std::to_string(f.num_prompts));
   StatusOr<double> rate = sb::parse_request_rate(f.request_rate);
   if (!rate.ok()) return fail(rate.status().message());
-  if (!(f.burstiness > 0) || !std::isfinite(f.burstiness)) return fail("--burstiness must be > 0, got " + num(f.burstiness));
+  if (!(f.burstiness > 0) || !std::isfinite(f.burstiness)) return fail("--burstiness must be > 0, got " + format_python_float(f.burstiness));
   if (f.max_concurrency < 0) return fail("--max-concurrency must be >= 1, got " + std::to_string(f.max_concurrency));
   StatusOr<sb::GoodputSlo> slo = sb::parse_goodput(f.goodput);
   if (!slo.ok()) return fail(slo.status().message());
@@ -203,10 +185,10 @@ int run_bench_serve(BenchServeFlags f) {
   std::printf("Model: %s at %s%s%s\n", copt.model.c_str(), copt.base.origin.c_str(), copt.base.prefix.c_str(),
               copt.endpoint.c_str());
   if (replay) {
-    std::printf("Traffic: trace arrival times (time scale %s)\n", num(f.trace_time_scale).c_str());
+    std::printf("Traffic: trace arrival times (time scale %s)\n", format_python_float(f.trace_time_scale).c_str());
   } else {
-    std::printf("Traffic request rate: %s\n", std::isinf(*rate) ? "inf" : num(*rate).c_str());
-    std::printf("Burstiness factor: %s (%s)\n", num(f.burstiness).c_str(),
+    std::printf("Traffic request rate: %s\n", std::isinf(*rate) ? "inf" : format_python_float(*rate).c_str());
+    std::printf("Burstiness factor: %s (%s)\n", format_python_float(f.burstiness).c_str(),
                 f.burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
   }
   std::printf("Maximum request concurrency: %s\n",
@@ -281,9 +263,8 @@ int run_bench_serve(BenchServeFlags f) {
     j["requested_output_lens"] = std::move(requested_output);
     j["scheduled_arrivals"] = std::move(arrivals_json);
     j.update(sb::metrics_json(m, run.outputs, ropt));
-    std::ofstream out(f.result_json);
-    out << j.dump(2) << "\n";
-    if (!out) return fail("--result-json: cannot write '" + f.result_json + "'");
+    Status st = write_file_atomically(f.result_json, j.dump(2) + "\n");
+    if (!st.ok()) return fail("--result-json: cannot write '" + f.result_json + "': " + st.message());
   }
   if (m.completed == 0) return fail("all " + std::to_string(run.outputs.size()) + " requests failed; the first: " + m.first_error);
   return 0;

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "engine_flags.h"
 #include "moe/comm/mpi_communicator.h"
+#include "moe/core/atomic_file.h"
 #include "moe/engine.h"
 #include "moe/stats/expert_load_stats.h"
 
@@ -98,10 +99,10 @@ int run_generate(const GenerateFlags& f) {
     if (!st.ok()) return fail("--stats-out: " + st.message());
   }
   if (!f.logits_out.empty()) {
-    std::ofstream out(f.logits_out, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(r.prompt_logits.data()),
-              static_cast<std::streamsize>(r.prompt_logits.size() * sizeof(float)));
-    if (!out) return fail("cannot write --logits-out file " + f.logits_out);
+    const std::string_view bytes(reinterpret_cast<const char*>(r.prompt_logits.data()),
+                                 r.prompt_logits.size() * sizeof(float));
+    Status st = write_file_atomically(f.logits_out, bytes);
+    if (!st.ok()) return fail("cannot write --logits-out file " + f.logits_out + ": " + st.message());
   }
   if (text_mode) {
     std::fputs("\n", stdout);

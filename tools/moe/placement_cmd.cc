@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "moe/core/text_format.h"
 #include "moe/placement/placement_plan.h"
 #include "moe/placement/replica_planner.h"
 
@@ -49,12 +50,6 @@ struct PlacementFlags {
   // eval
   std::string plan;
 };
-
-std::string fmt(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", prec, v);
-  return buf;
-}
 
 std::string join_ints(const std::vector<int>& v) {
   std::string s;
@@ -123,19 +118,19 @@ int print_report(const Report& r, const std::string& format, const std::string& 
   for (size_t l = 0; l < L; ++l) {
     const LayerMetrics& b = r.before.layers[l];
     const LayerMetrics& a = r.after.layers[l];
-    std::printf("%5d  %15s  %14s  %6s  %17s  %6s  %10d  %12d\n", r.load.layer_ids[l], fmt(b.max_over_mean, 3).c_str(),
-                fmt(a.max_over_mean, 3).c_str(), fmt(a.mean_load > 0 ? r.bound_max[l] / a.mean_load : 1.0, 3).c_str(),
-                fmt(b.cross_node_share, 3).c_str(), fmt(a.cross_node_share, 3).c_str(), r.replicated[l],
+    std::printf("%5d  %15s  %14s  %6s  %17s  %6s  %10d  %12d\n", r.load.layer_ids[l], format_fixed(b.max_over_mean, 3).c_str(),
+                format_fixed(a.max_over_mean, 3).c_str(), format_fixed(a.mean_load > 0 ? r.bound_max[l] / a.mean_load : 1.0, 3).c_str(),
+                format_fixed(b.cross_node_share, 3).c_str(), format_fixed(a.cross_node_share, 3).c_str(), r.replicated[l],
                 r.max_replicas[l]);
   }
   std::printf("overall (sum over layers of max / of mean): max/mean %s -> %s (bound %s); worst layer %s -> %s; "
               "cross-node share %s -> %s\n",
-              fmt(r.before.max_over_mean, 3).c_str(), fmt(r.after.max_over_mean, 3).c_str(), fmt(bound, 3).c_str(),
-              fmt(r.before.worst_layer_max_over_mean, 3).c_str(), fmt(r.after.worst_layer_max_over_mean, 3).c_str(),
-              fmt(r.before.cross_node_share, 3).c_str(), fmt(r.after.cross_node_share, 3).c_str());
+              format_fixed(r.before.max_over_mean, 3).c_str(), format_fixed(r.after.max_over_mean, 3).c_str(), format_fixed(bound, 3).c_str(),
+              format_fixed(r.before.worst_layer_max_over_mean, 3).c_str(), format_fixed(r.after.worst_layer_max_over_mean, 3).c_str(),
+              format_fixed(r.before.cross_node_share, 3).c_str(), format_fixed(r.after.cross_node_share, 3).c_str());
   if (r.planner_ms >= 0) {
-    std::printf("planner: %s ms (%s ms per layer)\n", fmt(r.planner_ms, 2).c_str(),
-                fmt(r.planner_ms / static_cast<double>(L), 3).c_str());
+    std::printf("planner: %s ms (%s ms per layer)\n", format_fixed(r.planner_ms, 2).c_str(),
+                format_fixed(r.planner_ms / static_cast<double>(L), 3).c_str());
   }
   return 0;
 }
@@ -187,7 +182,7 @@ int run_plan(const PlacementFlags& f) {
     return fail("--algorithm must be balanced or eplb (got '" + f.algorithm + "')");
   }
   if (!(f.max_load_tolerance >= 0 && f.max_load_tolerance <= 1)) {
-    return fail("--max-load-tolerance must be in [0, 1] (got " + fmt(f.max_load_tolerance, 6) + ")");
+    return fail("--max-load-tolerance must be in [0, 1] (got " + format_fixed(f.max_load_tolerance, 6) + ")");
   }
   if (f.format != "table" && f.format != "json") return fail("--format must be table or json (got '" + f.format + "')");
   const bool by_memory = f.memory_per_rank >= 0 || f.expert_bytes >= 0;
@@ -262,7 +257,7 @@ int run_plan(const PlacementFlags& f) {
   header += "plan: " + std::to_string(f.num_ranks) + " ranks = " + std::to_string(f.num_nodes) + " node(s) x " +
             std::to_string(f.num_ranks / f.num_nodes) + ", " + std::to_string(slots) + " slots per rank (" +
             std::to_string(total_slots) + " slots = " + std::to_string(E) + " experts + " +
-            fmt(100.0 * static_cast<double>(total_slots - E) / E, 1) + "% extra), replica cap " +
+            format_fixed(100.0 * static_cast<double>(total_slots - E) / E, 1) + "% extra), replica cap " +
             std::to_string(f.replica_cap) + (f.num_groups > 0 ? ", " + std::to_string(f.num_groups) + " groups" : "") +
             ", algorithm " + f.algorithm + "\n";
   header += "(before: one copy each, rank r holds experts [r*E/R, (r+1)*E/R); bound: max(total/R, smallest possible max load per replica))\n";

@@ -1,3 +1,6 @@
+// Over 600 lines: one class (InProcCommunicator) and its rendezvous machinery (Slot, OpState,
+// Exchange: post, rendezvous, pull, deadlines) share private state; splitting them would
+// move those internals into a header for no reader's benefit.
 #include "moe/comm/inproc_communicator.h"
 
 #include <chrono>
@@ -13,6 +16,7 @@
 #include <utility>
 
 #include "moe/core/check.h"
+#include "moe/core/text_format.h"
 
 namespace moe {
 namespace inproc_detail {
@@ -22,12 +26,6 @@ using Clock = std::chrono::steady_clock;
 
 Status deadline_exceeded(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
 Status unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
-
-std::string seconds_str(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", s);
-  return buf;
-}
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
@@ -196,7 +194,7 @@ class Exchange {
       if (!have[i]) missing.push_back(i);
     }
     g_->broken = true;
-    g_->failure = std::string("timed out after ") + seconds_str(g_->timeout_seconds) + " s in " + name() +
+    g_->failure = std::string("timed out after ") + format_g(g_->timeout_seconds) + " s in " + name() +
                   " waiting for rank" + (missing.size() == 1 ? " " : "s ") + rank_list(missing) +
                   (phase_ == Phase::kPosted ? "" : " to copy (test()/wait() on their request)") + " (group of " +
                   std::to_string(g_->num_ranks) + ")";
@@ -480,7 +478,7 @@ class InProcCommunicator : public Communicator {
       }
       if (!woke) {
         return deadline_exceeded("inproc recv on rank " + std::to_string(rank_) + ": timed out after " +
-                                 seconds_str(g_->timeout_seconds) + " s waiting for rank " + std::to_string(source) +
+                                 format_g(g_->timeout_seconds) + " s waiting for rank " + std::to_string(source) +
                                  " (tag " + std::to_string(tag) + ", " + std::to_string(bytes) + " bytes)");
       }
     }

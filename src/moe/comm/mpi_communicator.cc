@@ -15,48 +15,19 @@
 #include <utility>
 #include <vector>
 
+#include "moe/comm/mpi_process.h"
+#include "moe/core/text_format.h"
+
 namespace moe {
 namespace {
 
+using mpi_detail::mpi_finalized;
+using mpi_detail::mpi_initialized;
+using mpi_detail::mpi_status;
 using Clock = std::chrono::steady_clock;
 
 Status deadline_exceeded(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
 Status unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
-
-std::string seconds_str(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", s);
-  return buf;
-}
-
-// An MPI error code as a Status: "mpi <op>: <MPI_Error_string> (error class N)".
-// Argument errors are InvalidArgument; internal ones Internal; the rest (transport,
-// dead processes) Unavailable.
-Status mpi_status(const std::string& op, int rc) {
-  char text[MPI_MAX_ERROR_STRING + 1] = {0};
-  int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof(text), "MPI error %d", rc);
-  int cls = rc;
-  if (MPI_Error_class(rc, &cls) != MPI_SUCCESS) cls = rc;
-  const std::string msg = "mpi " + op + ": " + text + " (error class " + std::to_string(cls) + ")";
-  switch (cls) {
-    case MPI_ERR_BUFFER:
-    case MPI_ERR_COUNT:
-    case MPI_ERR_TYPE:
-    case MPI_ERR_TAG:
-    case MPI_ERR_RANK:
-    case MPI_ERR_ROOT:
-    case MPI_ERR_ARG:
-    case MPI_ERR_TRUNCATE:
-    case MPI_ERR_OP:
-      return invalid_argument(msg);
-    case MPI_ERR_INTERN:
-    case MPI_ERR_NO_MEM:
-      return internal_error(msg);
-    default:
-      return unavailable(msg);
-  }
-}
 
 // MPI may reject null buffers even with zero counts; point those at dummy bytes.
 // Send and receive get different ones: Open MPI's nonblocking collectives (libnbc)
@@ -66,17 +37,6 @@ unsigned char g_send_dummy[8];
 unsigned char g_recv_dummy[8];
 const void* nonnull(const void* p) { return p ? p : g_send_dummy; }
 void* nonnull(void* p) { return p ? p : g_recv_dummy; }
-
-bool mpi_initialized() {
-  int flag = 0;
-  MPI_Initialized(&flag);
-  return flag != 0;
-}
-bool mpi_finalized() {
-  int flag = 0;
-  MPI_Finalized(&flag);
-  return flag != 0;
-}
 
 // Sleeps between MPI_Test calls: yield for the first ~1 ms, then 50 us naps, and 1 ms
 // naps after 100 ms (a wait that long is an idle one, e.g. an EP worker waiting for the
@@ -488,7 +448,7 @@ class MpiCommunicator : public Communicator {
   // cleanly); collective ones cannot be.
   Status expire(Pending& p) {
     std::string msg = "mpi " + p.op + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                      ": timed out after " + seconds_str(options_.timeout_seconds) + " s";
+                      ": timed out after " + format_g(options_.timeout_seconds) + " s";
     if (p.kind == Kind::kCollective) msg += " (a peer did not join)";
     if (p.kind != Kind::kCollective) {
       for (MPI_Request& r : p.reqs) {
@@ -554,44 +514,6 @@ StatusOr<bool> MpiRequest::test() { return comm_->poll(*p_); }
 
 }  // namespace
 
-Status mpi_init(int* argc, char*** argv) {
-  if (mpi_finalized()) return failed_precondition("mpi_init: MPI was already finalized");
-  if (mpi_initialized()) return ok_status();
-  int provided = MPI_THREAD_SINGLE;
-  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-  if (rc != MPI_SUCCESS) return mpi_status("MPI_Init_thread", rc);
-  rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  if (rc != MPI_SUCCESS) return mpi_status("MPI_Comm_set_errhandler(MPI_COMM_WORLD)", rc);
-  if (provided < MPI_THREAD_FUNNELED) {
-    return failed_precondition("mpi_init: the MPI library provides thread level " + std::to_string(provided) +
-                               ", below MPI_THREAD_FUNNELED");
-  }
-  return ok_status();
-}
-
-Status mpi_finalize() {
-  if (!mpi_initialized() || mpi_finalized()) return ok_status();
-  const int rc = MPI_Finalize();
-  if (rc != MPI_SUCCESS) return mpi_status("MPI_Finalize", rc);
-  return ok_status();
-}
-
-bool launched_under_mpi() {
-  const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
-  for (const char* v : vars) {
-    const char* s = std::getenv(v);
-    if (s && *s) return true;
-  }
-  return false;
-}
-
-void mpi_abort(int code) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  if (mpi_initialized() && !mpi_finalized()) MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
-}
-
 StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(const MpiOptions& options) {
   if (!mpi_initialized()) return failed_precondition("make_mpi_communicator: call mpi_init() first");
   if (mpi_finalized()) return failed_precondition("make_mpi_communicator: MPI was already finalized");
@@ -600,7 +522,7 @@ StatusOr<std::unique_ptr<Communicator>> make_mpi_communicator(const MpiOptions& 
                             " is negative");
   }
   if (!(options.timeout_seconds > 0) || !std::isfinite(options.timeout_seconds)) {
-    return invalid_argument("make_mpi_communicator: timeout_seconds " + seconds_str(options.timeout_seconds) +
+    return invalid_argument("make_mpi_communicator: timeout_seconds " + format_g(options.timeout_seconds) +
                             " is not a positive number");
   }
   auto comm = std::make_unique<MpiCommunicator>(options);

@@ -4,14 +4,18 @@
 
 namespace moe {
 
+ExpertRange contiguous_expert_range(int rank, int num_experts, int num_ranks) {
+  return {static_cast<int>(static_cast<int64_t>(rank) * num_experts / num_ranks),
+          static_cast<int>(static_cast<int64_t>(rank + 1) * num_experts / num_ranks)};
+}
+
 ExpertPlacement ExpertPlacement::contiguous(int num_experts, int num_ranks) {
   ExpertPlacement p;
   p.num_ranks_ = num_ranks;
   p.replicas_.resize(static_cast<size_t>(num_experts));
   for (int r = 0; r < num_ranks; ++r) {
-    const int begin = static_cast<int>(static_cast<int64_t>(r) * num_experts / num_ranks);
-    const int end = static_cast<int>(static_cast<int64_t>(r + 1) * num_experts / num_ranks);
-    for (int e = begin; e < end; ++e) p.replicas_[static_cast<size_t>(e)] = {r};
+    const ExpertRange range = contiguous_expert_range(r, num_experts, num_ranks);
+    for (int e = range.begin; e < range.end; ++e) p.replicas_[static_cast<size_t>(e)] = {r};
   }
   return p;
 }
@@ -68,6 +72,20 @@ std::vector<int> ExpertPlacement::experts_on(int rank) const {
   for (size_t e = 0; e < replicas_.size(); ++e) {
     if (holds(rank, static_cast<int>(e))) out.push_back(static_cast<int>(e));
   }
+  return out;
+}
+
+std::vector<std::vector<int>> ExpertPlacement::rank_slots() const {
+  std::vector<std::vector<int>> out(static_cast<size_t>(num_ranks_));
+  for (size_t e = 0; e < replicas_.size(); ++e) {
+    for (int r : replicas_[e]) out[static_cast<size_t>(r)].push_back(static_cast<int>(e));
+  }
+  return out;
+}
+
+std::vector<int> ExpertPlacement::replica_counts() const {
+  std::vector<int> out(replicas_.size());
+  for (size_t e = 0; e < replicas_.size(); ++e) out[e] = static_cast<int>(replicas_[e].size());
   return out;
 }
 

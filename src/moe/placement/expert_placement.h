@@ -2,6 +2,10 @@
 //
 // Every expert has at least one replica; a rank holds an expert at most once. Which
 // replica computes a given token is chosen at dispatch time (replica_choice.h).
+//
+// The one placement type of one layer: the EP layer reads it, and a plan file's layer
+// (placement_plan.h: LayerPlan, the serialised form) converts to it with
+// layer_placement(); the contiguous rule lives here only (contiguous_expert_range).
 #pragma once
 
 #include <string>
@@ -11,13 +15,20 @@
 
 namespace moe {
 
+// The contiguous rule: rank `rank` of num_ranks holds experts [begin, end) =
+// [floor(rank*E/R), floor((rank+1)*E/R)), so 8 experts over 3 ranks -> {0,1}, {2,3,4},
+// {5,6,7}; with more ranks than experts some ranks hold none. Requires num_ranks >= 1.
+struct ExpertRange {
+  int begin = 0;
+  int end = 0;
+};
+ExpertRange contiguous_expert_range(int rank, int num_experts, int num_ranks);
+
 class ExpertPlacement {
  public:
   ExpertPlacement() = default;
 
-  // Contiguous blocks, one copy each: rank r holds experts [floor(r*E/R),
-  // floor((r+1)*E/R)), so 8 experts over 3 ranks -> {0,1}, {2,3,4}, {5,6,7}; with more
-  // ranks than experts some ranks hold none.
+  // Contiguous blocks, one copy each (contiguous_expert_range).
   static ExpertPlacement contiguous(int num_experts, int num_ranks);
   // One copy each, any map: expert_rank[e] in [0, num_ranks). InvalidArgument naming
   // the expert otherwise.
@@ -38,6 +49,11 @@ class ExpertPlacement {
   bool has_replicas() const { return has_replicas_; }
   // Experts held by `rank`, ascending.
   std::vector<int> experts_on(int rank) const;
+  // experts_on(r) for every rank: [num_ranks][experts on the rank], ascending (the
+  // rank_slots of a plan file's layer).
+  std::vector<std::vector<int>> rank_slots() const;
+  // [num_experts] number of ranks holding each expert.
+  std::vector<int> replica_counts() const;
   // Expert slots used on the busiest rank.
   int max_experts_per_rank() const;
   bool operator==(const ExpertPlacement& other) const {

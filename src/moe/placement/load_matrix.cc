@@ -8,16 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/core/mapped_file.h"
-#include "moe/placement/text_format.h"
+#include "moe/core/text_format.h"
 #include "moe/placement/replica_planner.h"
+#include "moe/stats/expert_load_stats.h"
 
 namespace moe {
-namespace {
-
-using placement_detail::num;
-using placement_detail::str;
-
-}  // namespace
 namespace {
 
 using nlohmann::json;
@@ -30,7 +25,7 @@ Status read_row(const json& v, const std::string& where, std::vector<double>* ou
     const std::string at = where + "[" + std::to_string(e) + "]";
     if (!v[e].is_number()) return invalid_argument(at + " is " + v[e].dump() + ", not a number");
     const double x = v[e].get<double>();
-    if (!std::isfinite(x) || x < 0) return invalid_argument(at + " is " + num(x) + ": loads must be finite and >= 0");
+    if (!std::isfinite(x) || x < 0) return invalid_argument(at + " is " + format_g(x) + ": loads must be finite and >= 0");
     (*out)[e] = x;
   }
   return ok_status();
@@ -73,27 +68,13 @@ StatusOr<LoadMatrix> parse_load_json(const std::string& text, const std::string&
       }
     }
   } else if (j.contains("logical_count")) {
-    const json& rows = j["logical_count"];
-    if (!rows.is_array() || rows.empty()) {
-      return invalid_argument(src + "field 'logical_count' must be a non-empty list of per-layer lists");
+    MOE_ASSIGN_OR_RETURN(SglangLogicalCount sg, parse_sglang_logical_count(j, source));
+    for (size_t l = 0; l < sg.layer_ids.size(); ++l) {
+      where.push_back("logical_count[" + std::to_string(sg.layer_ids[l]) + "]");
+      m.load.emplace_back(sg.counts[l].begin(), sg.counts[l].end());
     }
-    for (size_t l = 0; l < rows.size(); ++l) {
-      std::vector<double> row;
-      const std::string w = "logical_count[" + std::to_string(l) + "]";
-      MOE_RETURN_IF_ERROR(read_row(rows[l], src + w, &row));
-      if (!m.load.empty() && row.size() != m.load[0].size()) {
-        return invalid_argument(src + w + " has " + std::to_string(row.size()) + " experts, expected " +
-                                std::to_string(m.load[0].size()) + " (as " + where[0] + ")");
-      }
-      if (std::all_of(row.begin(), row.end(), [](double x) { return x == 0; })) {
-        m.skipped_zero_layers.push_back(static_cast<int>(l));
-        continue;
-      }
-      where.push_back(w);
-      m.load.push_back(std::move(row));
-      m.layer_ids.push_back(static_cast<int>(l));
-    }
-    if (m.load.empty()) return invalid_argument(src + "every row of 'logical_count' is all zeros (no MoE load)");
+    m.layer_ids = std::move(sg.layer_ids);
+    m.skipped_zero_layers = std::move(sg.zero_layers);
   } else if (j.contains("layers")) {
     const json& layers = j["layers"];
     if (!layers.is_array() || layers.empty()) return invalid_argument(src + "field 'layers' must be a non-empty list");
@@ -128,7 +109,7 @@ StatusOr<LoadMatrix> parse_load_json(const std::string& text, const std::string&
   std::set<int> seen;
   for (size_t l = 0; l < m.layer_ids.size(); ++l) {
     if (!seen.insert(m.layer_ids[l]).second) {
-      return invalid_argument(src + "layer " + str(m.layer_ids[l]) + " appears twice (" + where[l] + ")");
+      return invalid_argument(src + "layer " + std::to_string(m.layer_ids[l]) + " appears twice (" + where[l] + ")");
     }
   }
   return m;

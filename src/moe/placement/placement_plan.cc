@@ -1,23 +1,20 @@
 #include "moe/placement/placement_plan.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "moe/core/atomic_file.h"
 #include "moe/core/mapped_file.h"
-#include "moe/placement/text_format.h"
 
 namespace moe {
 namespace {
 
 using nlohmann::json;
 
-using placement_detail::str;
 std::string at(size_t i) {
   std::string s = "[";  // (not "[" + ...: GCC 12 warns falsely, -Wrestrict)
   s += std::to_string(i);
@@ -32,7 +29,7 @@ Status read_int(const json& j, const char* field, const std::string& where, int 
   if (!j.contains(field) || j[field].is_null()) return ok_status();
   const json& v = j[field];
   if (!v.is_number_integer() || v.get<int64_t>() < min_value || v.get<int64_t>() > kMaxCount) {
-    return invalid_argument(where + "field '" + field + "' must be an integer >= " + str(min_value) + " (got " +
+    return invalid_argument(where + "field '" + field + "' must be an integer >= " + std::to_string(min_value) + " (got " +
                             v.dump() + ")");
   }
   *out = static_cast<int>(v.get<int64_t>());
@@ -40,6 +37,18 @@ Status read_int(const json& j, const char* field, const std::string& where, int 
 }
 
 }  // namespace
+
+StatusOr<ExpertPlacement> layer_placement(const LayerPlan& layer, int num_experts) {
+  return ExpertPlacement::from_rank_slots(layer.rank_slots, num_experts);
+}
+
+LayerPlan to_layer_plan(const ExpertPlacement& placement, int layer_id) {
+  LayerPlan L;
+  L.layer = layer_id;
+  L.rank_slots = placement.rank_slots();
+  L.replica_count = placement.replica_counts();
+  return L;
+}
 
 std::vector<int> count_replicas(const LayerPlan& layer, int num_experts) {
   std::vector<int> count(static_cast<size_t>(std::max(num_experts, 0)), 0);
@@ -52,10 +61,10 @@ std::vector<int> count_replicas(const LayerPlan& layer, int num_experts) {
 }
 
 Status validate_plan(const PlacementPlan& plan) {
-  if (plan.num_experts < 1) return invalid_argument("plan: num_experts must be >= 1 (got " + str(plan.num_experts) + ")");
-  if (plan.num_ranks < 1) return invalid_argument("plan: num_ranks must be >= 1 (got " + str(plan.num_ranks) + ")");
+  if (plan.num_experts < 1) return invalid_argument("plan: num_experts must be >= 1 (got " + std::to_string(plan.num_experts) + ")");
+  if (plan.num_ranks < 1) return invalid_argument("plan: num_ranks must be >= 1 (got " + std::to_string(plan.num_ranks) + ")");
   if (plan.slots_per_rank < 1) {
-    return invalid_argument("plan: slots_per_rank must be >= 1 (got " + str(plan.slots_per_rank) + ")");
+    return invalid_argument("plan: slots_per_rank must be >= 1 (got " + std::to_string(plan.slots_per_rank) + ")");
   }
   if (plan.layers.empty()) return invalid_argument("plan: 'layers' is empty (need at least one layer)");
   std::set<int> seen_layers;
@@ -63,13 +72,13 @@ Status validate_plan(const PlacementPlan& plan) {
   for (size_t li = 0; li < plan.layers.size(); ++li) {
     const LayerPlan& L = plan.layers[li];
     const std::string where = "layers" + at(li);
-    if (L.layer < 0) return invalid_argument(where + ": layer id must be >= 0 (got " + str(L.layer) + ")");
+    if (L.layer < 0) return invalid_argument(where + ": layer id must be >= 0 (got " + std::to_string(L.layer) + ")");
     if (!seen_layers.insert(L.layer).second) {
-      return invalid_argument(where + ": layer " + str(L.layer) + " appears twice");
+      return invalid_argument(where + ": layer " + std::to_string(L.layer) + " appears twice");
     }
     if (L.rank_slots.size() != static_cast<size_t>(plan.num_ranks)) {
       return invalid_argument(where + ".rank_slots has " + std::to_string(L.rank_slots.size()) +
-                              " ranks, expected num_ranks " + str(plan.num_ranks));
+                              " ranks, expected num_ranks " + std::to_string(plan.num_ranks));
     }
     std::vector<int> count(E, 0);
     for (size_t r = 0; r < L.rank_slots.size(); ++r) {
@@ -77,17 +86,17 @@ Status validate_plan(const PlacementPlan& plan) {
       const std::string rw = where + ".rank_slots" + at(r);
       if (slots.size() > static_cast<size_t>(plan.slots_per_rank)) {
         return invalid_argument(rw + ": rank " + std::to_string(r) + " holds " + std::to_string(slots.size()) +
-                                " experts, more than slots_per_rank " + str(plan.slots_per_rank));
+                                " experts, more than slots_per_rank " + std::to_string(plan.slots_per_rank));
       }
       std::set<int> on_rank;
       for (size_t s = 0; s < slots.size(); ++s) {
         const int e = slots[s];
         if (e < 0 || e >= plan.num_experts) {
-          return invalid_argument(rw + at(s) + ": expert " + str(e) + " does not exist (num_experts " +
-                                  str(plan.num_experts) + ", ids 0.." + str(plan.num_experts - 1) + ")");
+          return invalid_argument(rw + at(s) + ": expert " + std::to_string(e) + " does not exist (num_experts " +
+                                  std::to_string(plan.num_experts) + ", ids 0.." + std::to_string(plan.num_experts - 1) + ")");
         }
         if (!on_rank.insert(e).second) {
-          return invalid_argument(rw + ": expert " + str(e) + " appears twice on rank " + std::to_string(r) +
+          return invalid_argument(rw + ": expert " + std::to_string(e) + " appears twice on rank " + std::to_string(r) +
                                   " (replicas must be on distinct ranks)");
         }
         ++count[static_cast<size_t>(e)];
@@ -100,12 +109,12 @@ Status validate_plan(const PlacementPlan& plan) {
     }
     if (L.replica_count.size() != E) {
       return invalid_argument(where + ".replica_count has " + std::to_string(L.replica_count.size()) +
-                              " entries, expected num_experts " + str(plan.num_experts));
+                              " entries, expected num_experts " + std::to_string(plan.num_experts));
     }
     for (size_t e = 0; e < E; ++e) {
       if (L.replica_count[e] != count[e]) {
-        return invalid_argument(where + ".replica_count" + at(e) + " is " + str(L.replica_count[e]) + " but expert " +
-                                std::to_string(e) + " is on " + str(count[e]) + " rank(s)");
+        return invalid_argument(where + ".replica_count" + at(e) + " is " + std::to_string(L.replica_count[e]) + " but expert " +
+                                std::to_string(e) + " is on " + std::to_string(count[e]) + " rank(s)");
       }
     }
   }
@@ -114,9 +123,9 @@ Status validate_plan(const PlacementPlan& plan) {
 
 std::string plan_to_json(const PlacementPlan& plan) {
   std::string out = "{\n";
-  out += "  \"num_experts\": " + str(plan.num_experts) + ",\n";
-  out += "  \"num_ranks\": " + str(plan.num_ranks) + ",\n";
-  out += "  \"slots_per_rank\": " + str(plan.slots_per_rank) + ",\n";
+  out += "  \"num_experts\": " + std::to_string(plan.num_experts) + ",\n";
+  out += "  \"num_ranks\": " + std::to_string(plan.num_ranks) + ",\n";
+  out += "  \"slots_per_rank\": " + std::to_string(plan.slots_per_rank) + ",\n";
   out += "  \"layers\": [";
   for (size_t li = 0; li < plan.layers.size(); ++li) {
     const LayerPlan& L = plan.layers[li];
@@ -173,8 +182,8 @@ StatusOr<PlacementPlan> parse_plan_json(const std::string& text, const std::stri
         }
         const int e = static_cast<int>(v.get<int64_t>());
         if (num_experts > 0 && e >= num_experts) {
-          return invalid_argument(where + ".rank_slots" + at(r) + at(s) + ": expert " + str(e) +
-                                  " does not exist (num_experts " + str(num_experts) + ")");
+          return invalid_argument(where + ".rank_slots" + at(r) + at(s) + ": expert " + std::to_string(e) +
+                                  " does not exist (num_experts " + std::to_string(num_experts) + ")");
         }
         max_id = std::max(max_id, e);
         ids.push_back(e);
@@ -185,7 +194,7 @@ StatusOr<PlacementPlan> parse_plan_json(const std::string& text, const std::stri
     if (num_ranks == 0) num_ranks = static_cast<int>(rs.size());
     if (rs.size() != static_cast<size_t>(num_ranks)) {
       return invalid_argument(where + ".rank_slots has " + std::to_string(rs.size()) + " ranks, expected " +
-                              str(num_ranks) + (j.contains("num_ranks") ? " (num_ranks)" : " (as in layers[0])"));
+                              std::to_string(num_ranks) + (j.contains("num_ranks") ? " (num_ranks)" : " (as in layers[0])"));
     }
     if (lj.contains("replica_count")) {
       const json& rc = lj["replica_count"];
@@ -209,7 +218,7 @@ StatusOr<PlacementPlan> parse_plan_json(const std::string& text, const std::stri
     const bool given = !L.replica_count.empty() || layers[li].contains("replica_count");
     if (given && L.replica_count.size() != static_cast<size_t>(plan.num_experts)) {
       return invalid_argument(src + "layers" + at(li) + ".replica_count has " + std::to_string(L.replica_count.size()) +
-                              " entries, expected " + str(plan.num_experts) + " (num_experts)");
+                              " entries, expected " + std::to_string(plan.num_experts) + " (num_experts)");
     }
     if (!given) L.replica_count = count_replicas(L, plan.num_experts);
   }
@@ -225,13 +234,7 @@ StatusOr<PlacementPlan> load_plan_file(const std::string& path) {
 
 Status write_plan_file(const PlacementPlan& plan, const std::string& path) {
   MOE_RETURN_IF_ERROR(validate_plan(plan));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return internal_error("cannot write placement plan " + path + ": " + std::strerror(errno));
-  const std::string text = plan_to_json(plan);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.close();
-  if (!out) return internal_error("cannot write placement plan " + path + ": write failed");
-  return ok_status();
+  return write_file_atomically(path, plan_to_json(plan)).with_context("placement plan");
 }
 
 }  // namespace moe

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/placement/expert_placement.h"
 #include "moe/status.h"
 
 namespace moe {
@@ -44,6 +45,12 @@ Status validate_plan(const PlacementPlan& plan);
 // replica_count recomputed from rank_slots (num_experts entries; ids out of range ignored).
 std::vector<int> count_replicas(const LayerPlan& layer, int num_experts);
 
+// The layer's placement (ExpertPlacement::from_rank_slots(layer.rank_slots, num_experts));
+// its errors name the rank and expert.
+StatusOr<ExpertPlacement> layer_placement(const LayerPlan& layer, int num_experts);
+// The plan file's form of a placement (rank_slots ascending per rank, replica_count).
+LayerPlan to_layer_plan(const ExpertPlacement& placement, int layer_id);
+
 // The JSON above, one line per layer, indent 2 elsewhere.
 std::string plan_to_json(const PlacementPlan& plan);
 // Parses and validates (validate_plan) a plan; errors name `source` and the field, e.g.
@@ -51,7 +58,8 @@ std::string plan_to_json(const PlacementPlan& plan);
 StatusOr<PlacementPlan> parse_plan_json(const std::string& text, const std::string& source);
 // read_text_file(path) + parse_plan_json(text, path).
 StatusOr<PlacementPlan> load_plan_file(const std::string& path);
-// Validates, then writes plan_to_json(plan); Internal naming the path on failure.
+// Validates, then writes plan_to_json(plan) atomically (write_file_atomically: on failure
+// the old file is untouched); Internal naming the path on failure.
 Status write_plan_file(const PlacementPlan& plan, const std::string& path);
 
 }  // namespace moe

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "moe/core/text_format.h"
+
 namespace moe::serve {
 namespace {
 
@@ -75,12 +77,6 @@ std::optional<ApiError> read_bool(const json& body, const char* name, std::optio
   if (!v->is_boolean()) return wrong_type(name, *v, "a boolean");
   *out = v->get<bool>();
   return std::nullopt;
-}
-
-std::string fmt_number(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", x);
-  return buf;
 }
 
 std::optional<ApiError> parse_prompt(const json& body, const ProtocolLimits& limits, SeqRequest* seq) {
@@ -245,11 +241,11 @@ std::optional<ApiError> parse_sampling(const json& body, SamplingParams* s) {
   std::optional<double> temperature, top_p;
   if (auto e = read_number(body, "temperature", &temperature)) return e;
   if (temperature && !(*temperature >= 0.0 && *temperature <= 2.0)) {
-    return bad("temperature", "'temperature' must be in [0, 2] (got " + fmt_number(*temperature) + ")");
+    return bad("temperature", "'temperature' must be in [0, 2] (got " + format_g(*temperature) + ")");
   }
   if (auto e = read_number(body, "top_p", &top_p)) return e;
   if (top_p && !(*top_p > 0.0 && *top_p <= 1.0)) {
-    return bad("top_p", "'top_p' must be in (0, 1] (got " + fmt_number(*top_p) + ")");
+    return bad("top_p", "'top_p' must be in (0, 1] (got " + format_g(*top_p) + ")");
   }
   std::optional<int64_t> top_k, seed;
   if (auto e = read_int(body, "top_k", -1, std::numeric_limits<int>::max(), &top_k)) return e;

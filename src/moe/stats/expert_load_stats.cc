@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "moe/core/atomic_file.h"
 #include "moe/core/check.h"
 #include "moe/core/mapped_file.h"
 
@@ -236,48 +236,37 @@ std::string ExpertLoadStats::to_json_string(int indent) const {
 }
 
 Status ExpertLoadStats::write_json_file(const std::string& path) const {
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return internal_error("cannot open " + path + " for writing");
-  const std::string text = to_json_string(2) + "\n";
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  out.close();
-  if (!out) return internal_error("cannot write " + path);
-  return ok_status();
+  return write_file_atomically(path, to_json_string(2) + "\n");
 }
 
-namespace {
-
-// SGLang's {"logical_count": [[count per expert] per layer]}: the rows with any token
-// (their index is the layer id) and the all-zero ones (dense layers).
-Status parse_sglang_rows(const json& j, const std::string& source, std::vector<int>* moe_layers,
-                         std::vector<std::vector<int64_t>>* moe_rows, std::vector<int>* zero_layers) {
+StatusOr<SglangLogicalCount> parse_sglang_logical_count(const json& j, const std::string& source) {
   const json& rows = j["logical_count"];
   const std::string where = source + ": field 'logical_count'";
   if (!rows.is_array()) {
     return invalid_argument(where + " must be an array of per-layer arrays (got " + preview(rows) + ")");
   }
   if (rows.empty()) return invalid_argument(where + " is empty (no layers)");
+  SglangLogicalCount out;
   size_t width = 0;
   for (size_t l = 0; l < rows.size(); ++l) {
     const std::string w = source + ": logical_count[" + std::to_string(l) + "]";
     std::vector<int64_t> counts;
     MOE_RETURN_IF_ERROR(read_count_row(rows[l], w, &counts));
     if (l == 0) width = counts.size();
-    MOE_RETURN_IF_ERROR(check_row_length(counts.size(), width, w, "logical_count[0]"));
+    const std::string why = "every layer needs one count per expert: expected " + std::to_string(width);
+    MOE_RETURN_IF_ERROR(check_row_length(counts.size(), width, w, "logical_count[0]", why.c_str()));
     if (std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c == 0; })) {
-      zero_layers->push_back(static_cast<int>(l));
+      out.zero_layers.push_back(static_cast<int>(l));
     } else {
-      moe_layers->push_back(static_cast<int>(l));
-      moe_rows->push_back(std::move(counts));
+      out.layer_ids.push_back(static_cast<int>(l));
+      out.counts.push_back(std::move(counts));
     }
   }
-  if (moe_layers->empty()) {
+  if (out.layer_ids.empty()) {
     return invalid_argument(where + ": every layer is all zeros (no MoE layer recorded any token)");
   }
-  return ok_status();
+  return out;
 }
-
-}  // namespace
 
 StatusOr<ExpertLoadStats> ExpertLoadStats::parse_json(const std::string& text, const std::string& source,
                                                       std::vector<int>* skipped_zero_layers) {
@@ -296,14 +285,12 @@ StatusOr<ExpertLoadStats> ExpertLoadStats::parse_json(const std::string& text, c
       "{\"logical_count\": [[...], ...]}";
   if (!j.is_object()) return invalid_argument(source + ": not a JSON object; " + expected);
   if (!j.contains("layers") && j.contains("logical_count")) {
-    std::vector<int> ids, zero_layers;
-    std::vector<std::vector<int64_t>> rows;
-    MOE_RETURN_IF_ERROR(parse_sglang_rows(j, source, &ids, &rows, &zero_layers));
-    auto s = create(ids, static_cast<int>(rows[0].size()));
+    MOE_ASSIGN_OR_RETURN(SglangLogicalCount sg, parse_sglang_logical_count(j, source));
+    auto s = create(sg.layer_ids, sg.num_experts());
     if (!s.ok()) return invalid_argument(source + ": " + s.status().message());
-    for (size_t i = 0; i < ids.size(); ++i) s->layers_[i].tokens = std::move(rows[i]);  // ids are ascending
+    for (size_t i = 0; i < sg.layer_ids.size(); ++i) s->layers_[i].tokens = std::move(sg.counts[i]);  // ids are ascending
     s->has_ema_ = false;
-    if (skipped_zero_layers) *skipped_zero_layers = std::move(zero_layers);
+    if (skipped_zero_layers) *skipped_zero_layers = std::move(sg.zero_layers);
     return s;
   }
   if (!j.contains("layers")) return invalid_argument(source + ": required field 'layers' is missing; " + expected);

@@ -16,9 +16,30 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "moe/status.h"
 
 namespace moe {
+
+// SGLang's expert-distribution format, {"logical_count": [[count per expert] per layer]}
+// (what its expert-distribution recorder writes and --init-expert-location reads). The one
+// parser of it: ExpertLoadStats::parse_json, the placement load files (placement/
+// load_matrix.h) and `moe bench capacity` all read it through parse_sglang_logical_count.
+struct SglangLogicalCount {
+  std::vector<int> layer_ids;                // rows with any token: their row index, ascending
+  std::vector<std::vector<int64_t>> counts;  // [layer_ids.size()][num_experts] assignments, parallel to layer_ids
+  std::vector<int> zero_layers;              // all-zero rows (the dense layers), ascending
+  int num_experts() const { return counts.empty() ? 0 : static_cast<int>(counts[0].size()); }
+};
+
+// Reads j["logical_count"] (`j`: a parsed JSON object with that field). Counts are
+// non-negative integers (integral floats such as 807392.0 are accepted) whose row sums fit
+// in int64; every row has the same length. InvalidArgument naming `source` and the field
+// ("<source>: logical_count[3][7] must be a non-negative integer (got -1)") when the field
+// is not an array, is empty, a row is not an array, is empty or ragged, a count is bad, or
+// every row is all zeros. Thread-safe (pure function).
+StatusOr<SglangLogicalCount> parse_sglang_logical_count(const nlohmann::json& j, const std::string& source);
 
 class ExpertLoadStats {
  public:
@@ -74,7 +95,8 @@ class ExpertLoadStats {
   //   "rerouted": n, "steps": n, "imbalance": x}, ...], "num_experts": E, "ema_decay": d}
   // with one entry per MoE layer, ascending. indent < 0: one line.
   std::string to_json_string(int indent = -1) const;
-  // Writes to_json_string(2) to `path`; Internal naming the path on failure.
+  // Writes to_json_string(2) to `path` atomically (write_file_atomically: on failure the
+  // old file is untouched); Internal naming the path on failure.
   Status write_json_file(const std::string& path) const;
 
   // Reads to_json_string()'s format, where only "layers" and each layer's

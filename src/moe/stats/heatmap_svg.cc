@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <vector>
+
+#include "moe/core/atomic_file.h"
+#include "moe/core/text_format.h"
 
 namespace moe {
 namespace {
@@ -16,24 +18,18 @@ constexpr Rgb kViridis[] = {
 };
 constexpr int kAnchors = sizeof(kViridis) / sizeof(kViridis[0]);
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
-  return buf;
-}
-
 // Compact legend numbers: 0.52, 12.5, 1234, 147k, 3.27M.
 std::string format_value(double v, bool normalized) {
-  if (normalized) return fmt(v >= 100 ? "%.0f" : "%.2f", v);
+  if (normalized) return format_double(v >= 100 ? "%.0f" : "%.2f", v);
   const double a = std::fabs(v);
-  if (a < 1e4) return fmt(v == std::floor(v) ? "%.0f" : "%.3g", v);
-  if (a < 1e6) return fmt("%.3gk", v / 1e3);
-  if (a < 1e9) return fmt("%.3gM", v / 1e6);
-  return fmt("%.3gG", v / 1e9);
+  if (a < 1e4) return format_double(v == std::floor(v) ? "%.0f" : "%.3g", v);
+  if (a < 1e6) return format_double("%.3gk", v / 1e3);
+  if (a < 1e9) return format_double("%.3gM", v / 1e6);
+  return format_double("%.3gG", v / 1e9);
 }
 
 std::string num(double v) {  // coordinates: at most one decimal
-  return v == std::floor(v) ? fmt("%.0f", v) : fmt("%.1f", v);
+  return v == std::floor(v) ? format_double("%.0f", v) : format_double("%.1f", v);
 }
 
 std::string text_el(double x, double y, const std::string& anchor, int size, const std::string& body,
@@ -198,7 +194,7 @@ std::string render_expert_heatmap_svg(const ExpertLoadStats& stats, const Heatma
     const double y = top + r * ch + ch / 2.0 + label_font * 0.35;
     s += text_el(left - 4, y, "end", label_font, std::to_string(stats.layer_ids()[static_cast<size_t>(r)]));
     const double imb = row_imbalance[static_cast<size_t>(r)];
-    s += text_el(left + grid_w + imb_w / 2.0, y, "middle", label_font, imb > 0 ? fmt("%.2f", imb) : "-");
+    s += text_el(left + grid_w + imb_w / 2.0, y, "middle", label_font, imb > 0 ? format_double("%.2f", imb) : "-");
   }
   s += text_el(18, top + grid_h / 2.0, "middle", 12, "MoE layer",
                " transform=\"rotate(-90 18 " + num(top + grid_h / 2.0) + ")\"");
@@ -219,7 +215,7 @@ std::string render_expert_heatmap_svg(const ExpertLoadStats& stats, const Heatma
   // Color bar: the colormap's anchors as a gradient, max at the top.
   s += "<defs><linearGradient id=\"cmap\" x1=\"0\" y1=\"1\" x2=\"0\" y2=\"0\">";
   for (int i = 0; i < kAnchors; ++i) {
-    s += "<stop offset=\"" + fmt("%.3f", static_cast<double>(i) / (kAnchors - 1)) + "\" stop-color=\"" +
+    s += "<stop offset=\"" + format_double("%.3f", static_cast<double>(i) / (kAnchors - 1)) + "\" stop-color=\"" +
          rgb_hex(kViridis[i]) + "\"/>";
   }
   s += "</linearGradient></defs>\n";
@@ -253,13 +249,7 @@ std::string render_expert_heatmap_svg(const ExpertLoadStats& stats, const Heatma
 }
 
 Status write_expert_heatmap_svg(const ExpertLoadStats& stats, const HeatmapOptions& options, const std::string& path) {
-  const std::string svg = render_expert_heatmap_svg(stats, options);
-  std::ofstream out(path, std::ios::binary);
-  if (!out) return internal_error("cannot open " + path + " for writing");
-  out.write(svg.data(), static_cast<std::streamsize>(svg.size()));
-  out.close();
-  if (!out) return internal_error("cannot write " + path);
-  return ok_status();
+  return write_file_atomically(path, render_expert_heatmap_svg(stats, options));
 }
 
 }  // namespace moe

@@ -33,7 +33,8 @@ struct HeatmapOptions {
 // (colormap end); when all values are equal every cell gets the middle color. The
 // imbalance column is max/mean of each plotted row ("-" for an all-zero row).
 std::string render_expert_heatmap_svg(const ExpertLoadStats& stats, const HeatmapOptions& options);
-// render_expert_heatmap_svg() written to `path`; Internal naming the path on failure.
+// render_expert_heatmap_svg() written to `path` atomically (write_file_atomically: on
+// failure the old file is untouched); Internal naming the path on failure.
 Status write_expert_heatmap_svg(const ExpertLoadStats& stats, const HeatmapOptions& options, const std::string& path);
 
 // Helpers, exposed for tests.
