@@ -21,6 +21,7 @@ namespace moe {
 
 class Communicator;     // src/moe/comm/communicator.h
 class ExpertLoadStats;  // src/moe/stats/expert_load_stats.h
+struct EngineCore;      // src/moe/engine/engine_core.h (internal)
 
 struct EngineOptions {
   std::string model_dir;  // config.json + safetensors (+ index) + tokenizer.model
@@ -123,15 +124,19 @@ class Engine {
   ~Engine();
 
   // InvalidArgument for an empty prompt, token ids outside the vocabulary,
-  // max_tokens < 0, bad sampling values; FailedPrecondition when prompt + max_tokens
-  // exceeds the context.
+  // max_tokens < 0, bad sampling values, or prompt + max_tokens beyond the context
+  // (src/moe/engine/request_validation.h); nothing is generated then.
   StatusOr<GenerateResult> generate(const GenerateRequest& request, const TokenCallback& on_token = nullptr);
 
   const ModelInfo& info() const;
 
-  // Under expert parallelism rank 0 calls generate(); every other rank calls
-  // run_worker(), which joins each step's expert exchanges until rank 0 calls
-  // stop_workers() (also done by rank 0's destructor).
+  // Under expert parallelism rank 0 calls generate() (or runs a Scheduler); every other
+  // rank calls run_worker(), which joins each step's expert exchanges until rank 0
+  // calls stop_workers() (src/moe/runtime/ep_session.h). Rank 0 must call
+  // stop_workers() when it is done, on error paths too: destroying the Engine does not
+  // release the workers (they would wait until the communicator's timeout).
+  // run_worker(): FailedPrecondition on rank 0 or without EP; communication or step
+  // errors. stop_workers(): idempotent; OK without EP and on other ranks.
   Status run_worker();
   Status stop_workers();
   // Communication vs compute time of the expert-parallel layers so far (seconds).
@@ -157,10 +162,14 @@ class Engine {
   std::vector<int> tokenize(const std::string& text) const;
   std::string detokenize(const std::vector<int>& ids) const;
 
+  // Internal: the decoder, tokenizer, config, load statistics and EP session that the
+  // Scheduler drives for batched steps (src/moe/engine/engine_core.h). Not part of the
+  // public API; valid for the Engine's lifetime.
+  EngineCore& core();
+
   struct Impl;  // implementation detail (src/moe/engine/engine_impl.h)
 
  private:
-  friend class Scheduler;  // batched steps (src/moe/scheduler.h)
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -7,7 +7,8 @@
 //
 // Threads: submit()/cancel()/snapshot() from any thread; run() on one thread, which
 // owns the Engine for the scheduler's lifetime. Under expert parallelism the scheduler
-// runs on rank 0 only; the other ranks call Engine::run_worker() and join every step.
+// runs on rank 0 only; the other ranks call Engine::run_worker() and join every step
+// (src/moe/runtime/ep_session.h), until rank 0 calls Engine::stop_workers() after run().
 #pragma once
 
 #include <cstdint>

@@ -96,7 +96,7 @@ TEST_F(GenerateErrorsTest, EmptyPrompt) {
 TEST_F(GenerateErrorsTest, PromptPlusMaxTokensExceedsContext) {
   std::vector<int> ids(500, 275);
   ids[0] = 1;
-  const std::string m = expect_error(greedy(ids, 13), StatusCode::kFailedPrecondition);
+  const std::string m = expect_error(greedy(ids, 13), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(m, "prompt (500 tokens)");
   EXPECT_CONTAINS(m, "max_tokens (13)");
   EXPECT_CONTAINS(m, "context of 512");
@@ -107,7 +107,7 @@ TEST_F(GenerateErrorsTest, PromptPlusMaxTokensExceedsContext) {
 
 TEST_F(GenerateErrorsTest, PromptLongerThanContext) {
   std::vector<int> ids(600, 275);
-  const std::string m = expect_error(greedy(ids, 0), StatusCode::kFailedPrecondition);
+  const std::string m = expect_error(greedy(ids, 0), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(m, "context of 512");
 }
 

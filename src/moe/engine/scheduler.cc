@@ -10,15 +10,16 @@
 
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
-#include "moe/engine/engine_impl.h"
-#include "moe/transformer/paged_kv_cache.h"
-#include "moe/engine/rebalancer.h"
+#include "moe/engine/detokenizer.h"
+#include "moe/engine/engine_core.h"
+#include "moe/engine/request_validation.h"
 #include "moe/engine/sampler.h"
+#include "moe/runtime/ep_session.h"
+#include "moe/transformer/paged_kv_cache.h"
 
 namespace moe {
 namespace {
 
-constexpr int kMaxStopStrings = 4;
 // Default pool when kv_cache_tokens = 0: max_num_seqs * context, capped at this size.
 constexpr size_t kDefaultPoolMaxBytes = size_t{2} << 30;
 
@@ -63,8 +64,7 @@ size_t stop_prefix_holdback(const std::string& text, size_t from, const std::vec
 }  // namespace
 
 struct Scheduler::State {
-  Engine* engine = nullptr;
-  Engine::Impl* impl = nullptr;
+  EngineCore* core = nullptr;  // the engine's decoder, tokenizer, config, stats, EP session
   SchedulerOptions options;
   std::unique_ptr<PagedKVCache> kv;
   std::unique_ptr<BlockAllocator> allocator;
@@ -81,7 +81,6 @@ struct Scheduler::State {
   // The scheduler thread's own.
   std::deque<std::unique_ptr<Seq>> waiting;
   std::vector<std::unique_ptr<Seq>> running;
-  double last_step_time = 0;
 
   mutable std::mutex snap_mu;
   ServiceSnapshot snap;
@@ -93,10 +92,6 @@ struct Scheduler::State {
   void detokenize(Seq& s, bool flush);
   Status step();
   void publish();
-  // Live rebalancing (EngineOptions::rebalance_every) at a step boundary, as generate()
-  // does it: a failed migration keeps the old placement; only a broken communicator is
-  // an error.
-  Status maybe_rebalance();
 };
 
 Scheduler::Scheduler(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -119,11 +114,11 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   if (o.kv_cache_tokens < 0) {
     return invalid_argument("kv_cache_tokens must be >= 0 (got " + std::to_string(o.kv_cache_tokens) + ")");
   }
-  Engine::Impl* impl = engine->impl_.get();
-  if (impl->comm != nullptr && impl->comm->rank() != 0) {
+  EngineCore& core = engine->core();
+  if (!core.session->is_leader()) {
     return failed_precondition("under expert parallelism the scheduler runs on rank 0; other ranks call run_worker()");
   }
-  const ModelConfig& c = impl->config;
+  const ModelConfig& c = *core.config;
   const size_t bytes_per_token = static_cast<size_t>(c.num_hidden_layers) * 2 * c.num_key_value_heads * c.head_dim *
                                  sizeof(float);
   int64_t tokens = o.kv_cache_tokens;
@@ -137,15 +132,14 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
                             std::to_string(o.kv_block_size) + " tokens");
   }
   auto st = std::make_unique<State>();
-  st->engine = engine;
-  st->impl = impl;
+  st->core = &core;
   st->options = o;
   st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.kv_block_size,
                                           num_blocks);
   st->allocator = std::make_unique<BlockAllocator>(num_blocks);
   st->snap.kv_blocks_total = num_blocks;
   st->snap.kv_block_size = o.kv_block_size;
-  st->snap.moe_layers = impl->load_stats->layer_ids();
+  st->snap.moe_layers = core.load_stats->layer_ids();
   st->snap.expert_tokens.assign(st->snap.moe_layers.size(),
                                 std::vector<int64_t>(static_cast<size_t>(c.router.num_experts), 0));
   MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB), up to {} sequences, {} tokens per step",
@@ -155,27 +149,20 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
 
 StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   State& st = *state_;
-  const Engine::Impl& impl = *st.impl;
-  MOE_RETURN_IF_ERROR(validate_sampling(req.sampling));
-  if (req.max_tokens < 1) return invalid_argument("max_tokens must be >= 1 (got " + std::to_string(req.max_tokens) + ")");
-  if (req.stop.size() > static_cast<size_t>(kMaxStopStrings)) {
-    return invalid_argument("at most " + std::to_string(kMaxStopStrings) + " stop strings (got " +
-                            std::to_string(req.stop.size()) + ")");
-  }
-  for (const std::string& s : req.stop) {
-    if (s.empty()) return invalid_argument("stop strings must not be empty");
-  }
+  const EngineCore& core = *st.core;
+  const RequestFields fields{.prompt = req.prompt,
+                             .prompt_token_ids = req.prompt_token_ids,
+                             .max_tokens = req.max_tokens,
+                             .sampling = req.sampling,
+                             .stop = req.stop};
+  const RequestLimits limits{.tokenizer = core.tokenizer,
+                             .vocab_size = core.config->vocab_size,
+                             .max_context = core.config->max_position_embeddings,
+                             .min_max_tokens = 1};
   auto seq = std::make_unique<Seq>();
-  MOE_ASSIGN_OR_RETURN(seq->tokens, prompt_tokens(impl, req.prompt, req.prompt_token_ids));
+  MOE_ASSIGN_OR_RETURN(seq->tokens, validate_request(fields, limits));
   seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
-  const int64_t context = impl.config.max_position_embeddings;
   const int64_t needed = seq->prompt_len + req.max_tokens;
-  if (needed > context) {
-    return invalid_argument("this model's maximum context length is " + std::to_string(context) +
-                            " tokens, but " + std::to_string(needed) + " were requested (" +
-                            std::to_string(seq->prompt_len) + " in the prompt, " + std::to_string(req.max_tokens) +
-                            " for the completion)");
-  }
   const int64_t blocks = blocks_for(needed, st.options.kv_block_size);
   if (blocks > st.allocator->total_blocks()) {
     return invalid_argument("the request needs " + std::to_string(needed) + " tokens of KV cache, more than the " +
@@ -224,10 +211,10 @@ ServiceSnapshot Scheduler::snapshot() const {
   return state_->snap;
 }
 
-const ModelInfo& Scheduler::model_info() const { return state_->engine->info(); }
+const ModelInfo& Scheduler::model_info() const { return *state_->core->info; }
 
 int Scheduler::count_tokens(const std::string& text) const {
-  return static_cast<int>(state_->impl->tokenizer->encode(text).size());
+  return static_cast<int>(state_->core->tokenizer->encode(text).size());
 }
 
 // Appends the text of newly generated tokens to s.text. While a character is still
@@ -236,7 +223,7 @@ int Scheduler::count_tokens(const std::string& text) const {
 void Scheduler::State::detokenize(Seq& s, bool flush) {
   if (s.read_offset >= s.tokens.size()) return;
   auto window = [&](size_t end) {
-    return impl->tokenizer->decode(std::vector<int>(s.tokens.begin() + static_cast<long>(s.prefix_offset),
+    return core->tokenizer->decode(std::vector<int>(s.tokens.begin() + static_cast<long>(s.prefix_offset),
                                                     s.tokens.begin() + static_cast<long>(end)));
   };
   const std::string prefix_text = window(s.read_offset);
@@ -313,18 +300,18 @@ Status Scheduler::State::step() {
   for (size_t i = 0; i < segs.size(); ++i) {
     Seq& s = *seg_seq[i];
     if (s.cached + segs[i].n == static_cast<int64_t>(s.tokens.size())) {
-      s.logits.resize(static_cast<size_t>(impl->config.vocab_size));
+      s.logits.resize(static_cast<size_t>(core->config->vocab_size));
       segs[i].logits = s.logits.data();
     }
   }
-  MOE_RETURN_IF_ERROR(impl->decoder->forward_batch(segs, kv.get()));
-  last_step_time = now_seconds();
+  MOE_RETURN_IF_ERROR(core->decoder->forward_batch(segs, kv.get()));
+  core->session->mark_active();
   int64_t generated = 0;
   for (size_t i = 0; i < segs.size(); ++i) {
     Seq& s = *seg_seq[i];
     s.cached += segs[i].n;
     if (segs[i].logits == nullptr) continue;
-    const int token = s.sampler->sample(s.logits.data(), impl->config.vocab_size);
+    const int token = s.sampler->sample(s.logits.data(), core->config->vocab_size);
     s.tokens.push_back(token);
     detokenize(s, /*flush=*/false);
     ++generated;
@@ -334,7 +321,7 @@ Status Scheduler::State::step() {
     Seq& s = *sp;
     const int64_t out = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
     if (out == 0) continue;
-    if (!s.req.ignore_eos && impl->config.is_eos(s.tokens.back())) {
+    if (!s.req.ignore_eos && core->config->is_eos(s.tokens.back())) {
       finish(s, "stop");
       continue;
     }
@@ -367,23 +354,12 @@ Status Scheduler::State::step() {
   return ok_status();
 }
 
-Status Scheduler::State::maybe_rebalance() {
-  if (impl->rebalance_every <= 0 || impl->comm == nullptr || ++impl->decode_steps % impl->rebalance_every != 0) {
-    return ok_status();
-  }
-  int64_t header[2] = {kEpHeaderRebalance, 0};
-  MOE_RETURN_IF_ERROR(impl->comm->broadcast(header, sizeof(header), 0));
-  Status st = rebalance(impl);
-  if (!st.ok() && (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDeadlineExceeded)) return st;
-  return ok_status();
-}
-
 void Scheduler::State::publish() {
   std::lock_guard<std::mutex> lock(snap_mu);
   snap.running = static_cast<int>(running.size());
   snap.waiting = static_cast<int>(waiting.size());
   snap.kv_blocks_used = allocator->total_blocks() - allocator->free_blocks();
-  const ExpertLoadStats& stats = *impl->load_stats;
+  const ExpertLoadStats& stats = *core->load_stats;
   for (size_t i = 0; i < snap.moe_layers.size(); ++i) {
     const auto& t = stats.tokens_per_expert(snap.moe_layers[i]);
     snap.expert_tokens[i].assign(t.begin(), t.end());
@@ -392,8 +368,8 @@ void Scheduler::State::publish() {
 
 Status Scheduler::run() {
   State& st = *state_;
-  Communicator* comm = st.impl->comm;
-  st.last_step_time = now_seconds();
+  EpSession& session = *st.core->session;
+  session.mark_active();
   Status result = ok_status();
   for (;;) {
     std::unordered_set<uint64_t> cancelled;
@@ -439,17 +415,14 @@ Status Scheduler::run() {
         if (st.incoming.empty()) break;
         continue;
       }
-      if (comm != nullptr && now_seconds() - st.last_step_time >= st.options.idle_heartbeat_seconds) {
-        int64_t header[2] = {kEpHeaderIdle, 0};
-        result = comm->broadcast(header, sizeof(header), 0);
-        if (!result.ok()) break;
-        st.last_step_time = now_seconds();
-      }
+      // Under EP the idle workers hear from rank 0 within the heartbeat period.
+      result = session.heartbeat_if_idle(st.options.idle_heartbeat_seconds);
+      if (!result.ok()) break;
       continue;
     }
     result = st.step();
     st.publish();
-    if (result.ok()) result = st.maybe_rebalance();
+    if (result.ok()) result = session.after_step();  // live rebalancing every N steps
     if (!result.ok()) {
       MOE_LOG_ERROR("scheduler: engine step failed, failing {} requests: {}", st.running.size() + st.waiting.size(),
                     result.message());

@@ -29,10 +29,14 @@ std::vector<uint8_t> pack(const ExpertWeights& w) {
 
 }  // namespace
 
-Status migrate_experts(Communicator& comm, const ModelConfig& config, const std::vector<int>& moe_layers,
-                       const std::vector<const ExpertPlacement*>& current, const std::vector<const ExpertPlacement*>& next,
-                       std::vector<LayerWeights>* layers, ExpertStore* store, MigrationStats* stats,
-                       const MigrationFaults& faults) {
+Status migrate_experts(Communicator& comm, const MigrationPlan& plan, const MigrationTarget& target,
+                       MigrationStats* stats, const MigrationFaults& faults) {
+  const ModelConfig& config = plan.config;
+  const std::vector<int>& moe_layers = plan.moe_layers;
+  const std::vector<const ExpertPlacement*>& current = plan.current;
+  const std::vector<const ExpertPlacement*>& next = plan.next;
+  std::vector<LayerWeights>* layers = target.layers;
+  ExpertStore* store = target.store;
   const double t0 = now_seconds();
   const int me = comm.rank();
   const int E = config.router.num_experts;

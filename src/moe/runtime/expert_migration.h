@@ -42,14 +42,27 @@ struct MigrationFaults {
   int corrupt_on_rank = -1;
 };
 
-// Collective over comm. current[l] / next[l]: placements of model layer l (entries for
-// dense layers are ignored; `moe_layers` lists the MoE layers). `layers` are this
-// rank's weights (experts it holds now are loaded); `store` owns received experts.
-// Errors: DataLoss for a size or checksum mismatch (on the receiving rank, and on the others naming how many
-// ranks failed), communication errors. On error nothing is changed.
-Status migrate_experts(Communicator& comm, const ModelConfig& config, const std::vector<int>& moe_layers,
-                       const std::vector<const ExpertPlacement*>& current, const std::vector<const ExpertPlacement*>& next,
-                       std::vector<LayerWeights>* layers, ExpertStore* store, MigrationStats* stats,
-                       const MigrationFaults& faults = {});
+// Which experts move: current[l] / next[l] are the placements of model layer l
+// (entries for dense layers are ignored; `moe_layers` lists the MoE layers). Not
+// owned; valid for the call.
+struct MigrationPlan {
+  const ModelConfig& config;
+  const std::vector<int>& moe_layers;
+  const std::vector<const ExpertPlacement*>& current;
+  const std::vector<const ExpertPlacement*>& next;
+};
+
+// What a migration updates on this rank: `layers` are its weights (experts it holds
+// now are loaded); `store` owns the experts received from other ranks.
+struct MigrationTarget {
+  std::vector<LayerWeights>* layers = nullptr;
+  ExpertStore* store = nullptr;
+};
+
+// Collective over comm. Errors: DataLoss for a size or checksum mismatch (on the
+// receiving rank, and on the others naming how many ranks failed), communication
+// errors. On error nothing is changed.
+Status migrate_experts(Communicator& comm, const MigrationPlan& plan, const MigrationTarget& target,
+                       MigrationStats* stats, const MigrationFaults& faults = {});
 
 }  // namespace moe

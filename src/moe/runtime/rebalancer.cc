@@ -1,4 +1,4 @@
-#include "moe/engine/rebalancer.h"
+#include "moe/runtime/rebalancer.h"
 
 #include <algorithm>
 
@@ -42,9 +42,10 @@ void keep_experts_in_place(const ExpertPlacement& current, const std::vector<int
 
 }  // namespace
 
-Status rebalance(Engine::Impl* impl) {
-  Communicator& comm = *impl->comm;
-  const ModelConfig& c = impl->config;
+Status Rebalancer::rebalance() {
+  Communicator& comm = *in_.comm;
+  const ModelConfig& c = *in_.config;
+  std::vector<EpContext>& ep = *in_.ep;
   const int R = comm.size(), E = c.router.num_experts;
   const double t0 = now_seconds();
   std::vector<int> moe_layers;
@@ -55,7 +56,7 @@ Status rebalance(Engine::Impl* impl) {
   std::vector<int64_t> flat;
   if (comm.rank() == 0) {
     PlannerInput in;
-    const ExpertLoadStats& stats = *impl->load_stats;
+    const ExpertLoadStats& stats = *in_.load_stats;
     for (int l : moe_layers) {
       const auto& ema = stats.ema(l);
       in.load.emplace_back(ema.begin(), ema.end());
@@ -63,8 +64,8 @@ Status rebalance(Engine::Impl* impl) {
     }
     in.num_ranks = R;
     in.num_nodes = R % comm.num_nodes() == 0 ? comm.num_nodes() : 1;
-    in.slots_per_rank = impl->slots_per_rank > 0 ? impl->slots_per_rank : (E + R - 1) / R;
-    in.replica_cap = impl->replica_cap;
+    in.slots_per_rank = in_.options.slots_per_rank > 0 ? in_.options.slots_per_rank : (E + R - 1) / R;
+    in.replica_cap = in_.options.replica_cap;
     auto plan = plan_placement(in);
     // Hysteresis: moving experts costs real time, so a plan is adopted only when it
     // lowers the summed max rank load (the step-time proxy) by min_gain or more.
@@ -72,7 +73,7 @@ Status rebalance(Engine::Impl* impl) {
     if (plan.ok()) {
       for (size_t i = 0; i < plan->layers.size(); ++i) {
         LayerPlan current;
-        const ExpertPlacement& cur = impl->ep[static_cast<size_t>(in.layer_ids[i])].placement;
+        const ExpertPlacement& cur = ep[static_cast<size_t>(in.layer_ids[i])].placement;
         for (int r = 0; r < R; ++r) current.rank_slots.push_back(cur.experts_on(r));
         current.replica_count = count_replicas(current, E);
         const auto cur_loads = rank_loads(current, in.load[i], R);
@@ -84,7 +85,7 @@ Status rebalance(Engine::Impl* impl) {
     if (!plan.ok()) {
       MOE_LOG_ERROR("rebalancing: planner failed, placement unchanged: {}", plan.status().message());
       flat = {-1};
-    } else if (!(new_max < now_max * (1.0 - impl->rebalance_min_gain))) {
+    } else if (!(new_max < now_max * (1.0 - in_.options.min_gain))) {
       MOE_LOG_DEBUG("rebalancing: predicted max rank load {:.2f} -> {:.2f}, below the gain threshold: kept", now_max,
                     new_max);
       flat = {-2};
@@ -92,7 +93,7 @@ Status rebalance(Engine::Impl* impl) {
       std::vector<int> rank_node(static_cast<size_t>(R));
       for (int r = 0; r < R; ++r) rank_node[static_cast<size_t>(r)] = in.num_nodes > 1 ? comm.node_of(r) : 0;
       for (LayerPlan& lp : plan->layers) {
-        keep_experts_in_place(impl->ep[static_cast<size_t>(lp.layer)].placement, rank_node, &lp.rank_slots);
+        keep_experts_in_place(ep[static_cast<size_t>(lp.layer)].placement, rank_node, &lp.rank_slots);
         for (const auto& slots : lp.rank_slots) {
           flat.push_back(static_cast<int64_t>(slots.size()));
           flat.insert(flat.end(), slots.begin(), slots.end());
@@ -106,7 +107,7 @@ Status rebalance(Engine::Impl* impl) {
   MOE_RETURN_IF_ERROR(comm.broadcast(flat.data(), flat.size() * sizeof(int64_t), 0));
   if (size == 1 && flat[0] == -1) return failed_precondition("rebalancing: the planner failed on rank 0");
   if (size == 1 && flat[0] == -2) {
-    ++impl->rebalance_stats.rebalances_skipped;
+    ++stats_.rebalances_skipped;
     return ok_status();
   }
 
@@ -121,22 +122,23 @@ Status rebalance(Engine::Impl* impl) {
       for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(r)].push_back(static_cast<int>(flat.at(pos++)));
     }
     MOE_ASSIGN_OR_RETURN(next_store[static_cast<size_t>(l)], ExpertPlacement::from_rank_slots(slots, E));
-    current[static_cast<size_t>(l)] = &impl->ep[static_cast<size_t>(l)].placement;
+    current[static_cast<size_t>(l)] = &ep[static_cast<size_t>(l)].placement;
     next[static_cast<size_t>(l)] = &next_store[static_cast<size_t>(l)];
-    changed |= !(next_store[static_cast<size_t>(l)] == impl->ep[static_cast<size_t>(l)].placement);
+    changed |= !(next_store[static_cast<size_t>(l)] == ep[static_cast<size_t>(l)].placement);
   }
-  Engine::EpStats& rs = impl->rebalance_stats;
+  RebalanceStats& rs = stats_;
   if (changed) {
     MigrationStats ms;
-    Status st = migrate_experts(comm, c, moe_layers, current, next, &impl->weights.layers, &impl->expert_store, &ms,
-                                impl->faults);
+    const MigrationPlan plan{.config = c, .moe_layers = moe_layers, .current = current, .next = next};
+    const MigrationTarget target{.layers = in_.layers, .store = in_.expert_store};
+    Status st = migrate_experts(comm, plan, target, &ms, in_.options.faults);
     rs.rebalance_seconds += now_seconds() - t0;
     if (!st.ok()) {
       ++rs.rebalance_failures;
       MOE_LOG_ERROR("rebalancing: expert migration failed, the previous placement stays in force: {}", st.message());
       return st;
     }
-    for (int l : moe_layers) impl->ep[static_cast<size_t>(l)].placement = std::move(next_store[static_cast<size_t>(l)]);
+    for (int l : moe_layers) ep[static_cast<size_t>(l)].placement = std::move(next_store[static_cast<size_t>(l)]);
     rs.experts_moved += ms.experts_moved;
     MOE_LOG_INFO("rebalanced: {} experts moved ({:.2f} MB received by rank {}) in {:.1f} ms", ms.experts_moved,
                  ms.bytes_received / 1e6, comm.rank(), ms.seconds * 1e3);

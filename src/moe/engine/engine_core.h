@@ -1,0 +1,26 @@
+// EngineCore: the parts of a loaded Engine that the Scheduler drives directly for
+// batched steps (its decoder, tokenizer, config, load statistics and EP session).
+// Internal to src/moe/engine: the Engine owns everything pointed to; valid for the
+// Engine's lifetime. Used by the one thread that runs steps (Scheduler::count_tokens
+// also encodes with the const tokenizer from other threads).
+#pragma once
+
+#include "moe/engine.h"
+#include "moe/model/config.h"
+#include "moe/model/tokenizer.h"
+#include "moe/runtime/ep_session.h"
+#include "moe/stats/expert_load_stats.h"
+#include "moe/transformer/decoder.h"
+
+namespace moe {
+
+struct EngineCore {
+  const ModelConfig* config = nullptr;
+  const ModelInfo* info = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  Decoder* decoder = nullptr;
+  const ExpertLoadStats* load_stats = nullptr;
+  EpSession* session = nullptr;  // every step goes through it (EP headers, rebalance trigger)
+};
+
+}  // namespace moe

@@ -1,0 +1,239 @@
+// Engine::open: loads the model on this rank, agrees with the other EP ranks, wires
+// the decoder, the load statistics and the EP session.
+#include "moe/engine.h"
+
+#include <omp.h>
+#include <sys/stat.h>
+
+
+#include <nlohmann/json.hpp>
+
+#include "moe/comm/communicator.h"
+#include "moe/core/clock.h"
+#include "moe/core/logging.h"
+#include "moe/core/mapped_file.h"
+#include "moe/engine/engine_impl.h"
+#include "moe/model/config.h"
+#include "moe/model/fingerprint.h"
+#include "moe/model/hf_checkpoint.h"
+#include "moe/model/tokenizer.h"
+#include "moe/model/weights.h"
+#include "moe/moe/capacity.h"
+#include "moe/ops/kernel_mode.h"
+#include "moe/placement/placement_plan.h"
+#include "moe/runtime/ep_session.h"
+#include "moe/runtime/rebalancer.h"
+#include "moe/stats/expert_load_stats.h"
+#include "moe/transformer/decoder.h"
+
+namespace moe {
+
+namespace {
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Adds generation_config.json's eos_token_id(s), as transformers does for generate().
+void merge_generation_config(const std::string& dir, ModelConfig* config) {
+  auto text = read_text_file(dir + "/generation_config.json");
+  if (!text.ok()) return;
+  auto j = nlohmann::json::parse(text.value(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return;
+  auto add = [&](const nlohmann::json& v) {
+    if (v.is_number_integer()) {
+      int id = v.get<int>();
+      if (id >= 0 && id < config->vocab_size && !config->is_eos(id)) config->eos_token_ids.push_back(id);
+    }
+  };
+  if (j["eos_token_id"].is_array()) {
+    for (const auto& v : j["eos_token_id"]) add(v);
+  } else {
+    add(j["eos_token_id"]);
+  }
+}
+
+ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const HfCheckpoint& ckpt) {
+  ModelInfo info;
+  info.model_dir = dir;
+  info.model_type = c.model_type;
+  info.vocab_size = c.vocab_size;
+  info.hidden_size = c.hidden_size;
+  info.num_layers = c.num_hidden_layers;
+  info.num_experts = c.router.num_experts;
+  info.top_k = c.router.top_k;
+  info.num_moe_layers = c.num_moe_layers();
+  info.max_context = c.max_position_embeddings;
+  info.weight_bytes = ckpt.total_bytes();
+  int64_t total = 0;
+  for (const auto& shard : ckpt.shards()) {
+    for (const auto& [name, view] : shard->tensors()) total += view.numel();
+  }
+  info.num_parameters = total;
+  // Parameters of the routed experts not used by a token: (num_experts - top_k) per
+  // MoE layer. Non-expert matrices are all read per decode token.
+  int64_t inactive = 0;
+  size_t bytes = w.lm_head.bytes() + static_cast<size_t>(c.hidden_size) * dtype_size(w.embed_tokens.dtype);
+  const int64_t expert_params = static_cast<int64_t>(c.moe_intermediate_size) * c.hidden_size * 3;
+  const size_t expert_bytes = static_cast<size_t>(expert_params) * dtype_size(w.embed_tokens.dtype);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    bytes += L.q_proj.bytes() + L.k_proj.bytes() + L.v_proj.bytes() + L.o_proj.bytes();
+    if (!c.is_moe_layer(l)) {
+      bytes += L.dense_mlp.bytes();
+      continue;
+    }
+    inactive += static_cast<int64_t>(c.router.num_experts - c.router.top_k) * expert_params;
+    bytes += L.router.bytes() + L.shared_expert.bytes() + L.shared_expert_gate.bytes() +
+             static_cast<size_t>(c.router.top_k) * expert_bytes;
+  }
+  info.num_active_parameters = total - inactive;
+  // Bytes streamed per decode token: every non-expert matrix, top_k experts per MoE
+  // layer, the lm_head, one embedding row. (Norm vectors and biases are negligible.)
+  info.decode_bytes_per_token = bytes;
+  return info;
+}
+
+
+}  // namespace
+
+namespace {
+
+// Per-layer placements from a plan file (`moe placement plan`): one plan layer per MoE
+// layer, for this many ranks and experts.
+Status apply_placement_file(const std::string& path, Engine::Impl* impl) {
+  MOE_ASSIGN_OR_RETURN(PlacementPlan plan, load_plan_file(path));
+  const ModelConfig& c = impl->config;
+  const int R = impl->comm->size();
+  if (plan.num_ranks != R) {
+    return invalid_argument(path + ": the plan is for " + std::to_string(plan.num_ranks) + " ranks, but " +
+                            std::to_string(R) + " are running");
+  }
+  if (plan.num_experts != c.router.num_experts) {
+    return invalid_argument(path + ": the plan places " + std::to_string(plan.num_experts) + " experts, the model has " +
+                            std::to_string(c.router.num_experts));
+  }
+  std::vector<bool> covered(static_cast<size_t>(c.num_hidden_layers), false);
+  for (const LayerPlan& lp : plan.layers) {
+    if (lp.layer >= c.num_hidden_layers || !c.is_moe_layer(lp.layer)) {
+      return invalid_argument(path + ": plan layer " + std::to_string(lp.layer) + " is not an MoE layer of the model");
+    }
+    MOE_ASSIGN_OR_RETURN(impl->ep[static_cast<size_t>(lp.layer)].placement,
+                         ExpertPlacement::from_rank_slots(lp.rank_slots, c.router.num_experts));
+    covered[static_cast<size_t>(lp.layer)] = true;
+  }
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.is_moe_layer(l) && !covered[static_cast<size_t>(l)]) {
+      return invalid_argument(path + ": the plan has no entry for MoE layer " + std::to_string(l));
+    }
+  }
+  return ok_status();
+}
+
+// Loads everything this rank needs; no communication.
+Status open_local(const EngineOptions& options, Engine::Impl* impl) {
+  const std::string& dir = options.model_dir;
+  if (!is_directory(dir)) return not_found("model directory not found: " + dir);
+  MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
+  merge_generation_config(dir, &impl->config);
+  if (impl->config.family == ModelFamily::kDeepseekV3) {
+    return unimplemented(dir + "/config.json: model_type 'deepseek_v3' is parsed (its router is supported) but "
+                         "Multi-head Latent Attention is not implemented yet, so the model cannot run");
+  }
+  MOE_ASSIGN_OR_RETURN(impl->capacity.policy, parse_overflow_policy(options.overflow_policy));
+  impl->capacity.capacity_factor = options.capacity_factor;
+  MOE_RETURN_IF_ERROR(validate_capacity_options(impl->capacity));
+  std::vector<int> moe_layers;
+  for (int l = 0; l < impl->config.num_hidden_layers; ++l) {
+    if (impl->config.is_moe_layer(l)) moe_layers.push_back(l);
+  }
+  MOE_ASSIGN_OR_RETURN(ExpertLoadStats stats,
+                       ExpertLoadStats::create(moe_layers, impl->config.router.num_experts, options.stats_ema_decay));
+  impl->load_stats = std::make_unique<ExpertLoadStats>(std::move(stats));
+  MOE_ASSIGN_OR_RETURN(impl->checkpoint, HfCheckpoint::open(dir));
+  ExpertFilter filter;
+  if (impl->comm != nullptr) {
+    if (impl->config.router.num_experts < 1) return invalid_argument("model has no experts to shard");
+    EpContext ctx;
+    ctx.comm = impl->comm;
+    ctx.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, impl->comm->size());
+    ctx.options.overlap = options.ep_overlap;
+    ctx.options.a2a_bf16 = options.a2a_bf16;
+    ctx.options.hierarchical =
+        options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && impl->comm->num_nodes() > 1);
+    ctx.options.max_nodes_per_token = options.max_nodes_per_token;
+    ctx.options.capacity = impl->capacity;
+    impl->ep.assign(static_cast<size_t>(impl->config.num_hidden_layers), ctx);
+    if (!options.placement_file.empty()) MOE_RETURN_IF_ERROR(apply_placement_file(options.placement_file, impl));
+    const int me = impl->comm->rank();
+    const std::vector<EpContext>* layers = &impl->ep;
+    filter = [layers, me](int layer, int expert) {
+      return (*layers)[static_cast<size_t>(layer)].placement.holds(me, expert);
+    };
+  }
+  MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, impl->checkpoint, filter));
+  MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(dir));
+  if (impl->tokenizer->vocab_size() > impl->config.vocab_size) {
+    return invalid_argument(dir + "/tokenizer.model has " + std::to_string(impl->tokenizer->vocab_size()) +
+                            " pieces, more than config.json vocab_size " +
+                            std::to_string(impl->config.vocab_size));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
+  set_batch_invariant_kernels(options.batch_invariant);
+  auto impl = std::make_unique<Impl>();
+  impl->comm = options.comm;
+  Status local = open_local(options, impl.get());
+  if (impl->comm != nullptr) {
+    const uint64_t fp = local.ok() ? model_fingerprint(options.model_dir, impl->weights, impl->checkpoint) : 0;
+    MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
+  } else if (!local.ok()) {
+    return local;
+  }
+  const std::string& dir = options.model_dir;
+  impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights, impl->comm ? &impl->ep : nullptr);
+  impl->decoder->set_capacity(impl->capacity);
+  ExpertLoadStats* stats = impl->load_stats.get();
+  impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {
+    stats->record_step(layer, counts.tokens_per_expert.data(), counts.dropped, counts.rerouted);
+  });
+  if (impl->comm != nullptr) {
+    RebalanceInputs in{.comm = impl->comm,
+                       .config = &impl->config,
+                       .load_stats = impl->load_stats.get(),
+                       .ep = &impl->ep,
+                       .layers = &impl->weights.layers,
+                       .expert_store = &impl->expert_store};
+    in.options.slots_per_rank = options.slots_per_rank;
+    in.options.replica_cap = options.replica_cap;
+    in.options.min_gain = options.rebalance_min_gain;
+    in.options.faults.corrupt_on_rank = options.test_corrupt_migration_rank;
+    impl->rebalancer = std::make_unique<Rebalancer>(in);
+  }
+  impl->session = std::make_unique<EpSession>(impl->comm, impl.get(), &system_clock(),
+                                              EpSessionOptions{.rebalance_every = options.rebalance_every});
+  if (impl->comm != nullptr && impl->comm->rank() == 0) {
+    EpSession* session = impl->session.get();
+    impl->decoder->set_chunk_hook([session](int64_t m) { return session->announce_step(m); });
+  }
+  impl->info = make_info(dir, impl->config, impl->weights, impl->checkpoint);
+  MOE_LOG_INFO("loaded {} ({}): {} layers, {} experts (top-{}), {:.2f}M parameters ({:.2f}M active), {:.1f} MB",
+               dir, impl->config.model_type, impl->config.num_hidden_layers, impl->config.router.num_experts,
+               impl->config.router.top_k, impl->info.num_parameters / 1e6, impl->info.num_active_parameters / 1e6,
+               impl->info.weight_bytes / 1e6);
+  impl->core = EngineCore{.config = &impl->config,
+                          .info = &impl->info,
+                          .tokenizer = impl->tokenizer.get(),
+                          .decoder = impl->decoder.get(),
+                          .load_stats = impl->load_stats.get(),
+                          .session = impl->session.get()};
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+}  // namespace moe

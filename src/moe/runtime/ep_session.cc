@@ -1,0 +1,111 @@
+#include "moe/runtime/ep_session.h"
+
+#include <string>
+#include <vector>
+
+namespace moe {
+
+EpSession::EpSession(Communicator* comm, EpStepRunner* runner, Clock* clock, const EpSessionOptions& options)
+    : comm_(comm), runner_(runner), clock_(clock), options_(options) {
+  last_active_seconds_ = clock_->now_seconds();
+}
+
+Status EpSession::agree_on_startup(Communicator& comm, const Status& local, uint64_t fingerprint) {
+  const int n = comm.size();
+  int64_t mine[2] = {local.ok() ? 1 : 0, static_cast<int64_t>(fingerprint)};
+  std::vector<int64_t> all(static_cast<size_t>(2 * n));  // [num_ranks, {loaded, fingerprint}]
+  MOE_RETURN_IF_ERROR(comm.allgather(mine, sizeof(mine), all.data()).with_context("start-up check"));
+  if (!local.ok()) return local;
+  std::string failed;
+  for (int r = 0; r < n; ++r) {
+    if (all[static_cast<size_t>(2 * r)] == 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!failed.empty()) return failed_precondition("rank(s) " + failed + " failed to load the model (see their errors)");
+  for (int r = 1; r < n; ++r) {
+    if (all[static_cast<size_t>(2 * r + 1)] != all[1]) {
+      return failed_precondition("rank " + std::to_string(r) + " loaded a different model than rank 0 (config/weights "
+                                 "fingerprint " + std::to_string(static_cast<uint64_t>(all[static_cast<size_t>(2 * r + 1)])) +
+                                 " vs " + std::to_string(static_cast<uint64_t>(all[1])) +
+                                 "): start every rank with the same model files");
+    }
+  }
+  return ok_status();
+}
+
+bool EpSession::is_comm_failure(const Status& status) {
+  return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded;
+}
+
+Status EpSession::broadcast_header(EpStepKind kind, int64_t num_tokens) {
+  int64_t header[2] = {static_cast<int64_t>(kind), num_tokens};
+  MOE_RETURN_IF_ERROR(comm_->broadcast(header, sizeof(header), 0));
+  switch (kind) {
+    case EpStepKind::kStep: ++counters_.steps; break;
+    case EpStepKind::kRebalance: ++counters_.rebalances; break;
+    case EpStepKind::kIdle: ++counters_.idles; break;
+    case EpStepKind::kStop: ++counters_.stops; break;
+  }
+  return ok_status();
+}
+
+Status EpSession::announce_step(int64_t num_tokens) {
+  if (comm_ == nullptr) return ok_status();
+  return broadcast_header(EpStepKind::kStep, num_tokens);
+}
+
+void EpSession::mark_active() { last_active_seconds_ = clock_->now_seconds(); }
+
+Status EpSession::heartbeat_if_idle(double heartbeat_seconds) {
+  if (comm_ == nullptr || clock_->now_seconds() - last_active_seconds_ < heartbeat_seconds) return ok_status();
+  MOE_RETURN_IF_ERROR(broadcast_header(EpStepKind::kIdle, 0));
+  mark_active();
+  return ok_status();
+}
+
+// Every rank: a rebalance that failed without breaking the group keeps the old
+// placement (the runner logged it); only a broken communicator is an error.
+Status EpSession::rebalance_with_workers() {
+  Status st = runner_->rebalance();
+  if (!st.ok() && is_comm_failure(st)) return st;
+  return ok_status();
+}
+
+Status EpSession::after_step() {
+  if (options_.rebalance_every <= 0 || comm_ == nullptr || ++decode_steps_ % options_.rebalance_every != 0) {
+    return ok_status();
+  }
+  MOE_RETURN_IF_ERROR(broadcast_header(EpStepKind::kRebalance, 0));
+  return rebalance_with_workers();
+}
+
+Status EpSession::stop_workers() {
+  if (comm_ == nullptr || comm_->rank() != 0 || workers_stopped_) return ok_status();
+  workers_stopped_ = true;
+  return broadcast_header(EpStepKind::kStop, 0);
+}
+
+Status EpSession::run_worker() {
+  if (comm_ == nullptr || comm_->rank() == 0) return failed_precondition("run_worker() is for ranks other than 0 under EP");
+  for (;;) {
+    int64_t header[2] = {0, 0};  // {kind, num_tokens on rank 0}
+    MOE_RETURN_IF_ERROR(comm_->broadcast(header, sizeof(header), 0));
+    switch (static_cast<EpStepKind>(header[0])) {
+      case EpStepKind::kStop:
+        ++counters_.stops;
+        return ok_status();
+      case EpStepKind::kIdle:
+        ++counters_.idles;
+        continue;
+      case EpStepKind::kRebalance:
+        ++counters_.rebalances;
+        MOE_RETURN_IF_ERROR(rebalance_with_workers());
+        continue;
+      case EpStepKind::kStep:
+      default:  // as before the protocol had names: any other kind is a step
+        ++counters_.steps;
+        MOE_RETURN_IF_ERROR(runner_->join_step());
+    }
+  }
+}
+
+}  // namespace moe
