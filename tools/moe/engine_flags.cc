@@ -62,7 +62,9 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (o.max_nodes_per_token < 0) {
     return "--max-nodes-per-token must be >= 0 (got " + std::to_string(o.max_nodes_per_token) + ")";
   }
-  if (f.launch.ranks_per_node < 0) return "--ranks-per-node must be >= 0 (got " + std::to_string(f.launch.ranks_per_node) + ")";
+  if (f.launch.ranks_per_node < 0) {
+    return "--ranks-per-node must be >= 0 (got " + std::to_string(f.launch.ranks_per_node) + ")";
+  }
   if (f.capacity_given() && !(f.capacity_factor > 0 && std::isfinite(f.capacity_factor))) {
     return "--capacity-factor must be a positive number (got " + std::to_string(f.capacity_factor) + ")";
   }

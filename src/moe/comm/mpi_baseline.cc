@@ -14,7 +14,9 @@ Status check(int rc, const char* op) {
   if (rc == MPI_SUCCESS) return ok_status();
   char text[MPI_MAX_ERROR_STRING + 1] = {0};
   int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return internal_error(std::string("mpi ") + op + ": error " + std::to_string(rc));
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) {
+    return internal_error(std::string("mpi ") + op + ": error " + std::to_string(rc));
+  }
   return internal_error(std::string("mpi ") + op + ": " + text);
 }
 
@@ -88,7 +90,9 @@ StatusOr<std::unique_ptr<MpiRowExchange>> MpiRowExchange::create(const std::vect
   x->recv_displs_.assign(n + 1, 0);
   for (size_t r = 0; r < n; ++r) {
     if (send_counts[r] < 0) return invalid_argument("MpiRowExchange: send_counts[" + std::to_string(r) + "] < 0");
-    if (x->send_displs_[r] > INT_MAX - send_counts[r]) return invalid_argument("MpiRowExchange: send rows overflow int");
+    if (x->send_displs_[r] > INT_MAX - send_counts[r]) {
+      return invalid_argument("MpiRowExchange: send rows overflow int");
+    }
     x->send_displs_[r + 1] = x->send_displs_[r] + send_counts[r];
   }
   MOE_RETURN_IF_ERROR(check(MPI_Alltoall(x->send_counts_.data(), 1, MPI_INT, x->recv_counts_.data(), 1, MPI_INT,
@@ -101,12 +105,13 @@ StatusOr<std::unique_ptr<MpiRowExchange>> MpiRowExchange::create(const std::vect
     x->recv_displs_[r + 1] = x->recv_displs_[r] + x->recv_counts_[r];
   }
   x->types_ = std::make_unique<Types>();
-  MOE_RETURN_IF_ERROR(check(MPI_Type_contiguous(static_cast<int>(dispatch_row_bytes), MPI_BYTE, &x->types_->dispatch),
-                            "MPI_Type_contiguous"));
-  MOE_RETURN_IF_ERROR(check(MPI_Type_commit(&x->types_->dispatch), "MPI_Type_commit"));
-  MOE_RETURN_IF_ERROR(check(MPI_Type_contiguous(static_cast<int>(combine_row_bytes), MPI_BYTE, &x->types_->combine),
-                            "MPI_Type_contiguous"));
-  MOE_RETURN_IF_ERROR(check(MPI_Type_commit(&x->types_->combine), "MPI_Type_commit"));
+  Types& t = *x->types_;
+  MOE_RETURN_IF_ERROR(
+      check(MPI_Type_contiguous(static_cast<int>(dispatch_row_bytes), MPI_BYTE, &t.dispatch), "MPI_Type_contiguous"));
+  MOE_RETURN_IF_ERROR(check(MPI_Type_commit(&t.dispatch), "MPI_Type_commit"));
+  MOE_RETURN_IF_ERROR(
+      check(MPI_Type_contiguous(static_cast<int>(combine_row_bytes), MPI_BYTE, &t.combine), "MPI_Type_contiguous"));
+  MOE_RETURN_IF_ERROR(check(MPI_Type_commit(&t.combine), "MPI_Type_commit"));
   return x;
 }
 
