@@ -15,60 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "moe/engine_options.h"
 #include "moe/status.h"
 
 namespace moe {
 
-class Communicator;     // src/moe/comm/communicator.h
 class ExpertLoadStats;  // src/moe/stats/expert_load_stats.h
 struct EngineCore;      // src/moe/engine/engine_core.h (internal)
-
-struct EngineOptions {
-  std::string model_dir;  // config.json + safetensors (+ index) + tokenizer.model
-  int num_threads = 0;    // OpenMP threads for kernels; 0 = all cores
-  // Expert parallelism: experts sharded over comm's ranks (contiguous blocks); each
-  // rank loads only its experts. Not owned; must outlive the Engine. Engine::open is
-  // then collective: all ranks check they loaded the same model (fingerprint) and
-  // agree on success, so a failure on one rank is an error on every rank.
-  Communicator* comm = nullptr;
-  bool ep_overlap = false;  // two micro-batches, communication overlapped with compute
-  bool a2a_bf16 = false;    // dispatch/combine activations as bf16 (half the bytes)
-  // Two-level all-to-all (inter-node, then intra-node): -1 = when comm spans several
-  // nodes, 0 = never (flat), 1 = always.
-  int a2a_hierarchical = -1;
-  // Node-limited routing (DeepSeek-V3): each token's top-k restricted to experts on
-  // at most this many nodes, chosen by their summed affinities; 0 = off.
-  int max_nodes_per_token = 0;
-  // Expert capacity (GShard / Switch Transformer): "dropless" (default: no capacity),
-  // "drop" or "reroute" (src/moe/moe/capacity.h). With drop/reroute each expert takes at
-  // most ceil(tokens * top_k * capacity_factor / num_experts) assignments per step,
-  // tokens counted over all EP ranks. capacity_factor must be > 0.
-  std::string overflow_policy = "dropless";
-  double capacity_factor = 1.0;
-  // Decay of the per-step exponential moving average in the expert-load statistics.
-  double stats_ema_decay = 0.9;
-  // Expert placement under EP (src/moe/placement/): a static plan file (`moe placement
-  // plan` output: per MoE layer, the experts on each rank, replicas allowed) used from
-  // start-up; empty = contiguous blocks, one copy each.
-  std::string placement_file{};
-  // Live rebalancing every N decode steps (0 = never): the load statistics feed the
-  // planner, expert weights move between ranks point-to-point, all ranks switch at the
-  // same step boundary; a failed migration keeps the old plan (logged).
-  int rebalance_every = 0;
-  int slots_per_rank = 0;  // expert slots per rank for rebalancing; 0 = ceil(experts / ranks)
-  int replica_cap = 4;     // most replicas of one expert when rebalancing
-  // A new plan is adopted only if it lowers the predicted max rank load (summed over
-  // MoE layers, from the load EMA) by at least this fraction: moving experts costs time.
-  double rebalance_min_gain = 0.1;
-  int test_corrupt_migration_rank = -1;  // tests only: this rank corrupts a received expert
-  // Batch-invariant kernels: every token's logits are bitwise the same whatever other
-  // tokens share its forward pass (prompt chunking, batch size, other requests). Linear
-  // layers then use the GEMV kernel for any token count instead of sgemm for prefill,
-  // and attention one query at a time. Process-wide (kernel selection is global).
-  // `moe serve` turns it on by default; with it `moe generate` gives bitwise the tokens
-  // and logits a served request gets.
-  bool batch_invariant = false;
-};
 
 struct SamplingParams {
   float temperature = 0.8f;       // 0 = greedy (argmax)

@@ -33,7 +33,7 @@ PUBLIC_OWNER = {
     "engine_options.h": "engine",
     "scheduler.h": "engine",
     "generation_service.h": "engine",
-    "launch.h": "runtime",
+    "launch.h": "engine",
 }
 
 errors = []

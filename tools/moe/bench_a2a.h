@@ -19,7 +19,8 @@ struct A2aFlags {
   std::vector<int> tokens = {16, 64, 256};
   std::vector<std::string> routing = {"uniform", "zipf"};
   int experts = 64;
-  int top_k = 8;
+  int num_topk = 8;               // --num-topk (old spelling --top-k): experts per token
+  bool both_topk_spellings = false;  // both --num-topk and --top-k given (an error)
   double zipf_s = 1.2;
   int repeats = 10;
   int warmup = 2;
@@ -84,8 +85,8 @@ std::vector<double> max_over_ranks(std::vector<double> v);
 int64_t sum_over_ranks(int64_t v);
 int adapt_repeats(double last_warmup_seconds, int base);
 [[noreturn]] void die(int rank, const std::string& what, const Status& st);
-void make_routing(const std::string& kind, double s, int num_tokens, int num_experts, int top_k, uint64_t seed, std::vector<int>* idx, std::vector<float>* w);
-std::unique_ptr<SyntheticLayer> make_layer(int hidden, int intermediate, int num_experts, int top_k, const ExpertPlacement& placement, int rank);
+void make_routing(const std::string& kind, double s, int num_tokens, int num_experts, int num_topk, uint64_t seed, std::vector<int>* idx, std::vector<float>* w);
+std::unique_ptr<SyntheticLayer> make_layer(int hidden, int intermediate, int num_experts, int num_topk, const ExpertPlacement& placement, int rank);
 LayerRun run_layer(const Problem& p, const SyntheticLayer& sl, const EpOptions& opt, int warmup, int repeats, const char* what);
 WireRun time_wire(const std::vector<int>& send_cnt, int64_t send_row, int64_t back_row, int warmup, int repeats);
 WireRun run_ours_wire(const Problem& p, int warmup, int repeats);

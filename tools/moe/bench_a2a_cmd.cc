@@ -7,9 +7,6 @@
 //   mpirun -np 4 moe bench a2a --ranks-per-node 2
 #include <omp.h>
 
-// (OMPI_SKIP_MPICXX: set for every user of the moe target, src/CMakeLists.txt.)
-#include <mpi.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +20,7 @@
 
 #include "bench_a2a.h"
 #include "commands.h"
+#include "moe/comm/mpi_baseline.h"
 #include "moe/comm/mpi_communicator.h"
 #include "moe/core/clock.h"
 #include "moe/moe/ep_moe_layer.h"
@@ -57,11 +55,14 @@ std::string validate(const A2aFlags& f) {
   }
   if (f.experts < 1) return ("--experts must be >= 1 (got " + std::to_string(f.experts) + ")");
   if (f.experts > 65536) return ("--experts must be <= 65536 (got " + std::to_string(f.experts) + ")");
-  if (f.top_k < 1) return ("--top-k must be >= 1 (got " + std::to_string(f.top_k) + ")");
-  if (f.top_k > f.experts) {
-    return ("--top-k " + std::to_string(f.top_k) + " exceeds --experts " + std::to_string(f.experts));
+  if (f.both_topk_spellings) return "--top-k is the old spelling of --num-topk: give only one of them";
+  if (f.num_topk < 1) return ("--num-topk must be >= 1 (got " + std::to_string(f.num_topk) + ")");
+  if (f.num_topk > f.experts) {
+    return ("--num-topk " + std::to_string(f.num_topk) + " exceeds --experts " + std::to_string(f.experts));
   }
-  if (f.top_k > 64) return ("--top-k must be <= 64 (the hierarchical exchange's limit; got " + std::to_string(f.top_k) + ")");
+  if (f.num_topk > 64) {
+    return ("--num-topk must be <= 64 (the hierarchical exchange's limit; got " + std::to_string(f.num_topk) + ")");
+  }
   if (!(f.zipf_s > 0 && f.zipf_s <= 50)) {
     return ("--zipf-s must be in (0, 50] (got " + std::to_string(f.zipf_s) + ")");
   }
@@ -89,9 +90,7 @@ int run_a2a(const A2aFlags& f) {
   if (!launched_under_mpi()) {
     return fail("bench a2a measures an MPI exchange: run it as mpirun -np N moe bench a2a ... (N >= 1)");
   }
-  int world_rank = 0, world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const int world_rank = mpi_world_rank(), world_size = mpi_world_size();
   const bool root = world_rank == 0;
   // Errors every rank hits alike are printed by rank 0 only; all ranks exit 1.
   auto fail_all = [root](const std::string& message) { return root ? fail(message) : 1; };
@@ -114,7 +113,7 @@ int run_a2a(const A2aFlags& f) {
     std::printf("moe bench a2a: %d ranks, %d node%s%s, %d experts top-%d (contiguous placement), %d thread%s per rank\n",
                 N, nodes, nodes == 1 ? "" : "s",
                 rpn > 0 ? (" (emulated: --ranks-per-node " + std::to_string(rpn) + ")").c_str() : "", f.experts,
-                f.top_k, f.threads, f.threads == 1 ? "" : "s");
+                f.num_topk, f.threads, f.threads == 1 ? "" : "s");
     std::printf("hidden %s, tokens per rank %s, %d warm-up + >= %d timed repeats (barrier before each; fast cases\n"
                 "repeat up to 10x, to ~0.2 s), %s of the slowest rank\n\n",
                 join(f.hidden).c_str(), join(f.tokens).c_str(), f.warmup, f.repeats, f.stat.c_str());
@@ -178,7 +177,7 @@ int run_a2a(const A2aFlags& f) {
         p.tokens = tokens;
         const uint64_t seed = static_cast<uint64_t>(f.seed) * 1000003u + static_cast<uint64_t>(world_rank) * 7919u +
                               static_cast<uint64_t>(tokens) * 31u + (routing == "zipf" ? 17u : 0u);
-        make_routing(routing, f.zipf_s, tokens, f.experts, f.top_k, seed, &p.idx, &p.w);
+        make_routing(routing, f.zipf_s, tokens, f.experts, f.num_topk, seed, &p.idx, &p.w);
         p.x.resize(static_cast<size_t>(tokens) * static_cast<size_t>(hidden));
         std::mt19937 rng(static_cast<uint32_t>(seed));
         std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -198,7 +197,7 @@ int run_a2a(const A2aFlags& f) {
         };
         Extra ex;
         ex.tokens = tokens;
-        auto tiny = make_layer(hidden, 1, f.experts, f.top_k, placement, world_rank);
+        auto tiny = make_layer(hidden, 1, f.experts, f.num_topk, placement, world_rank);
         progress("flat f32");
         ex.flat = run_layer(p, *tiny, EpOptions{}, f.warmup, f.repeats, "flat f32");
         LayerRun bf16;
@@ -236,7 +235,7 @@ int run_a2a(const A2aFlags& f) {
           const int i0 = std::min(32, f.overlap_max_intermediate);
           int inter = 1;
           if (i0 > 1) {
-            auto cal = make_layer(hidden, i0, f.experts, f.top_k, placement, world_rank);
+            auto cal = make_layer(hidden, i0, f.experts, f.num_topk, placement, world_rank);
             const LayerRun c = run_layer(p, *cal, EpOptions{}, 1, 3, "overlap calibration");
             const double per = (c.compute - ex.flat.compute) / (i0 - 1);
             if (per > 0 && ex.flat.exchange > ex.flat.compute) {
@@ -244,9 +243,9 @@ int run_a2a(const A2aFlags& f) {
             }
             inter = std::clamp(inter, 1, f.overlap_max_intermediate);
           }
-          MPI_Bcast(&inter, 1, MPI_INT, 0, MPI_COMM_WORLD);
+          if (Status st = mpi_world_broadcast(&inter); !st.ok()) die(world_rank, "broadcast", st);
           ex.inter = inter;
-          auto loaded = make_layer(hidden, inter, f.experts, f.top_k, placement, world_rank);
+          auto loaded = make_layer(hidden, inter, f.experts, f.num_topk, placement, world_rank);
           progress("overlap off");
           ex.off = run_layer(p, *loaded, EpOptions{}, f.warmup, f.repeats, "overlap off");
           progress("overlap on");
@@ -312,7 +311,7 @@ int run_a2a(const A2aFlags& f) {
     p.placement = placement;
     p.hidden = f.algo_hidden;
     p.tokens = f.algo_tokens;
-    make_routing("uniform", f.zipf_s, p.tokens, f.experts, f.top_k,
+    make_routing("uniform", f.zipf_s, p.tokens, f.experts, f.num_topk,
                  static_cast<uint64_t>(f.seed) * 1000003u + static_cast<uint64_t>(world_rank) * 7919u + 5u, &p.idx,
                  &p.w);
     p.x.assign(static_cast<size_t>(p.tokens) * static_cast<size_t>(p.hidden), 0.5f);
@@ -326,7 +325,7 @@ int run_a2a(const A2aFlags& f) {
     auto pc = make_mpi_communicator(po);
     if (!pc.ok()) return fail(pc.status().message());
     std::unique_ptr<Communicator> pair_comm = std::move(pc).value();
-    auto tiny = make_layer(p.hidden, 1, f.experts, f.top_k, placement, world_rank);
+    auto tiny = make_layer(p.hidden, 1, f.experts, f.num_topk, placement, world_rank);
     if (root) std::fprintf(stderr, "\r[a2a_algo] kMpiAlltoallv   ");
     LayerRun a = run_layer(p, *tiny, EpOptions{}, f.warmup, f.repeats, "a2a_algo kMpiAlltoallv");
     p.comm = pair_comm.get();
@@ -361,7 +360,9 @@ RunFn add_bench_a2a_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--routing", f->routing, "Routings: uniform, zipf (comma list)")->delimiter(',')->capture_default_str();
   app.add_option("--experts", f->experts, "Routed experts")->capture_default_str();
-  app.add_option("--top-k", f->top_k, "Experts per token")->capture_default_str();
+  auto* num_topk = app.add_option("--num-topk", f->num_topk, "Experts per token")->capture_default_str();
+  // The old spelling, kept for scripts (hidden: `moe generate --top-k` is sampling top-k).
+  auto* top_k = app.add_option("--top-k", f->num_topk, "Alias of --num-topk")->group("");
   app.add_option("--zipf-s", f->zipf_s, "Zipf exponent of the skewed routing")->capture_default_str();
   app.add_option("--repeats", f->repeats, "Timed repeats (median reported)")->capture_default_str();
   app.add_option("--warmup", f->warmup, "Untimed warm-up calls before the repeats")->capture_default_str();
@@ -379,7 +380,10 @@ RunFn add_bench_a2a_command(CLI::App& app) {
   app.add_option("--threads", f->threads, "OpenMP threads per rank (expert compute)")->capture_default_str();
   app.add_option("--seed", f->seed, "Routing and activation seed")->capture_default_str();
   app.add_option("--timeout", f->timeout, "Communicator timeout per operation (seconds)")->capture_default_str();
-  return [f] { return run_a2a(*f); };
+  return [f, num_topk, top_k] {
+    f->both_topk_spellings = num_topk->count() > 0 && top_k->count() > 0;
+    return run_a2a(*f);
+  };
 }
 
 }  // namespace moe::cli

@@ -1,6 +1,4 @@
 // moe bench a2a: measurements (see bench_a2a.h).
-#include <mpi.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "bench_a2a.h"
+#include "moe/comm/mpi_baseline.h"
 #include "moe/comm/mpi_communicator.h"
 #include "moe/core/clock.h"
 
@@ -37,12 +36,12 @@ double stat_of(std::vector<double> v) {
 
 // Element-wise max over ranks (per repeat: the collective takes as long as its slowest rank).
 std::vector<double> max_over_ranks(std::vector<double> v) {
-  if (!v.empty()) MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (Status st = mpi_world_max(&v); !st.ok()) die(mpi_world_rank(), "max over ranks", st);
   return v;
 }
 
 int64_t sum_over_ranks(int64_t v) {
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (Status st = mpi_world_sum(&v); !st.ok()) die(mpi_world_rank(), "sum over ranks", st);
   return v;
 }
 
@@ -51,7 +50,7 @@ int64_t sum_over_ranks(int64_t v) {
 // agrees). Fast calls are the ones a scheduler hiccup on the shared 2-core machine skews.
 int adapt_repeats(double last_warmup_seconds, int base) {
   double d = last_warmup_seconds;
-  MPI_Allreduce(MPI_IN_PLACE, &d, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (Status st = mpi_world_max(&d); !st.ok()) die(mpi_world_rank(), "max over ranks", st);
   if (!(d > 0)) return base;
   return static_cast<int>(std::clamp(0.2 / d, static_cast<double>(base), 10.0 * base));
 }
@@ -65,14 +64,14 @@ int adapt_repeats(double last_warmup_seconds, int base) {
 // ---------------------------------------------------------------------------------------
 // Synthetic routing and layer.
 
-// Each token's top_k distinct experts: uniform, or Zipf(s) over expert ids (expert e has
+// Each token's num_topk distinct experts: uniform, or Zipf(s) over expert ids (expert e has
 // weight 1/(e+1)^s, so the hottest experts are the low ids, held by rank 0 under the
-// contiguous placement), sampled without replacement. Routing weights 1/top_k.
-void make_routing(const std::string& kind, double s, int num_tokens, int num_experts, int top_k, uint64_t seed,
+// contiguous placement), sampled without replacement. Routing weights 1/num_topk.
+void make_routing(const std::string& kind, double s, int num_tokens, int num_experts, int num_topk, uint64_t seed,
                   std::vector<int>* idx, std::vector<float>* w) {
   std::mt19937_64 rng(seed);
-  idx->assign(static_cast<size_t>(num_tokens) * top_k, 0);
-  w->assign(static_cast<size_t>(num_tokens) * top_k, 1.0f / static_cast<float>(top_k));
+  idx->assign(static_cast<size_t>(num_tokens) * num_topk, 0);
+  w->assign(static_cast<size_t>(num_tokens) * num_topk, 1.0f / static_cast<float>(num_topk));
   std::vector<double> base(static_cast<size_t>(num_experts));
   for (int e = 0; e < num_experts; ++e) base[static_cast<size_t>(e)] = kind == "zipf" ? std::pow(e + 1.0, -s) : 1.0;
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -81,7 +80,7 @@ void make_routing(const std::string& kind, double s, int num_tokens, int num_exp
     p = base;
     double total = 0;
     for (double v : p) total += v;
-    for (int j = 0; j < top_k; ++j) {
+    for (int j = 0; j < num_topk; ++j) {
       double r = u(rng) * total;
       int pick = -1;
       for (int e = 0; e < num_experts; ++e) {
@@ -90,7 +89,7 @@ void make_routing(const std::string& kind, double s, int num_tokens, int num_exp
         r -= p[static_cast<size_t>(e)];
         if (r < 0) break;
       }
-      (*idx)[static_cast<size_t>(t) * top_k + j] = pick;
+      (*idx)[static_cast<size_t>(t) * num_topk + j] = pick;
       total -= p[static_cast<size_t>(pick)];
       p[static_cast<size_t>(pick)] = 0;
     }
@@ -98,7 +97,7 @@ void make_routing(const std::string& kind, double s, int num_tokens, int num_exp
 }
 
 
-std::unique_ptr<SyntheticLayer> make_layer(int hidden, int intermediate, int num_experts, int top_k,
+std::unique_ptr<SyntheticLayer> make_layer(int hidden, int intermediate, int num_experts, int num_topk,
                                            const ExpertPlacement& placement, int rank) {
   auto s = std::make_unique<SyntheticLayer>();
   s->config.model_type = "synthetic";
@@ -108,7 +107,7 @@ std::unique_ptr<SyntheticLayer> make_layer(int hidden, int intermediate, int num
   s->config.num_hidden_layers = 1;
   s->config.moe_layer = {true};
   s->config.router.num_experts = num_experts;
-  s->config.router.top_k = top_k;
+  s->config.router.top_k = num_topk;
   const size_t n = static_cast<size_t>(hidden) * static_cast<size_t>(intermediate);
   s->w1.resize(n);
   s->w2.resize(n);
@@ -177,36 +176,22 @@ LayerRun run_layer(const Problem& p, const SyntheticLayer& sl, const EpOptions& 
 // Rows of the exchange to time: dispatch rows of `send_row` bytes to each rank, combine
 // rows of `back_row` bytes returned.
 WireRun time_wire(const std::vector<int>& send_cnt, int64_t send_row, int64_t back_row, int warmup, int repeats) {
-  const int R = static_cast<int>(send_cnt.size());
-  std::vector<int> recv_cnt(static_cast<size_t>(R)), sdispl(static_cast<size_t>(R) + 1, 0),
-      rdispl(static_cast<size_t>(R) + 1, 0);
-  for (int r = 0; r < R; ++r) sdispl[static_cast<size_t>(r) + 1] = sdispl[static_cast<size_t>(r)] + send_cnt[static_cast<size_t>(r)];
-  MPI_Alltoall(send_cnt.data(), 1, MPI_INT, recv_cnt.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  for (int r = 0; r < R; ++r) rdispl[static_cast<size_t>(r) + 1] = rdispl[static_cast<size_t>(r)] + recv_cnt[static_cast<size_t>(r)];
-  const int64_t ns = sdispl[static_cast<size_t>(R)], nr = rdispl[static_cast<size_t>(R)];
+  auto x_or = MpiRowExchange::create(send_cnt, send_row, back_row);
+  if (!x_or.ok()) die(mpi_world_rank(), "raw MPI exchange", x_or.status());
+  MpiRowExchange& x = *x_or.value();
+  const int64_t ns = x.num_send_rows(), nr = x.num_recv_rows();
   std::vector<char> send(static_cast<size_t>(ns * send_row) + 1, 1), recv(static_cast<size_t>(nr * send_row) + 1);
   std::vector<char> back_send(static_cast<size_t>(nr * back_row) + 1, 2), back_recv(static_cast<size_t>(ns * back_row) + 1);
-  MPI_Datatype st, bt;
-  MPI_Type_contiguous(static_cast<int>(send_row), MPI_BYTE, &st);
-  MPI_Type_commit(&st);
-  MPI_Type_contiguous(static_cast<int>(back_row), MPI_BYTE, &bt);
-  MPI_Type_commit(&bt);
-  std::vector<int> probe(static_cast<size_t>(R));
   std::vector<double> times;
   for (int i = 0; i < warmup + repeats; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (Status st = mpi_world_barrier(); !st.ok()) die(mpi_world_rank(), "barrier", st);
     const double t0 = now_seconds();
-    MPI_Alltoall(send_cnt.data(), 1, MPI_INT, probe.data(), 1, MPI_INT, MPI_COMM_WORLD);
-    MPI_Alltoallv(send.data(), send_cnt.data(), sdispl.data(), st, recv.data(), probe.data(), rdispl.data(), st,
-                  MPI_COMM_WORLD);
-    MPI_Alltoallv(back_send.data(), probe.data(), rdispl.data(), bt, back_recv.data(), send_cnt.data(), sdispl.data(),
-                  bt, MPI_COMM_WORLD);
+    Status st = x.exchange(send.data(), recv.data(), back_send.data(), back_recv.data());
     const double dt = now_seconds() - t0;
+    if (!st.ok()) die(mpi_world_rank(), "raw MPI exchange", st);
     if (i == warmup - 1) repeats = adapt_repeats(dt, repeats);
     if (i >= warmup) times.push_back(dt);
   }
-  MPI_Type_free(&st);
-  MPI_Type_free(&bt);
   WireRun w;
   w.time = stat_of(max_over_ranks(times));
   w.bytes = sum_over_ranks(ns * send_row + nr * back_row);
@@ -216,7 +201,7 @@ WireRun time_wire(const std::vector<int>& send_cnt, int64_t send_row, int64_t ba
 // Our layer's wire pattern alone: one row per (token, destination rank) with the
 // expert ids and weights (f32), one f32 row back; raw MPI, no packing.
 WireRun run_ours_wire(const Problem& p, int warmup, int repeats) {
-  const int R = p.comm->size(), k = p.f->top_k;
+  const int R = p.comm->size(), k = p.f->num_topk;
   std::vector<int> cnt(static_cast<size_t>(R), 0);
   std::vector<char> hit(static_cast<size_t>(R));
   for (int t = 0; t < p.tokens; ++t) {
@@ -234,18 +219,21 @@ WireRun run_ours_wire(const Problem& p, int warmup, int repeats) {
 // MPI_Alltoallv calls; `with_pack` adds packing the k rows per token and the weighted
 // sum of the k returned rows (the work our layer's time includes).
 WireRun run_plain(const Problem& p, int warmup, int repeats) {
-  const int R = p.comm->size(), k = p.f->top_k;
-  std::vector<int> send_cnt(static_cast<size_t>(R), 0), recv_cnt(static_cast<size_t>(R), 0);
+  const int R = p.comm->size(), k = p.f->num_topk;
+  std::vector<int> send_cnt(static_cast<size_t>(R), 0);
   for (int t = 0; t < p.tokens; ++t) {
     for (int j = 0; j < k; ++j) ++send_cnt[static_cast<size_t>(p.placement.rank_of(p.idx[static_cast<size_t>(t) * k + j]))];
   }
   WireRun w = time_wire(send_cnt, static_cast<int64_t>(p.hidden) * 4, static_cast<int64_t>(p.hidden) * 4, warmup, repeats);
 
   // Full naive step with packing and summing.
-  std::vector<int> sdispl(static_cast<size_t>(R) + 1, 0), rdispl(static_cast<size_t>(R) + 1, 0);
-  for (int r = 0; r < R; ++r) sdispl[static_cast<size_t>(r) + 1] = sdispl[static_cast<size_t>(r)] + send_cnt[static_cast<size_t>(r)];
   const size_t row = static_cast<size_t>(p.hidden);
-  std::vector<float> send(static_cast<size_t>(sdispl[static_cast<size_t>(R)]) * row + 1);
+  auto x_or = MpiRowExchange::create(send_cnt, static_cast<int64_t>(row * sizeof(float)),
+                                     static_cast<int64_t>(row * sizeof(float)));
+  if (!x_or.ok()) die(p.comm->rank(), "raw MPI exchange", x_or.status());
+  MpiRowExchange& x = *x_or.value();
+  const std::vector<int>& sdispl = x.send_displs();
+  std::vector<float> send(static_cast<size_t>(x.num_send_rows()) * row + 1);
   std::vector<int> pos(static_cast<size_t>(p.tokens) * k);  // send row of each (token, slot)
   {
     std::vector<int> fill(sdispl.begin(), sdispl.end() - 1);
@@ -256,19 +244,13 @@ WireRun run_plain(const Problem& p, int warmup, int repeats) {
       }
     }
   }
-  MPI_Alltoall(send_cnt.data(), 1, MPI_INT, recv_cnt.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  for (int r = 0; r < R; ++r) rdispl[static_cast<size_t>(r) + 1] = rdispl[static_cast<size_t>(r)] + recv_cnt[static_cast<size_t>(r)];
-  std::vector<float> recv(static_cast<size_t>(rdispl[static_cast<size_t>(R)]) * row + 1);
+  std::vector<float> recv(static_cast<size_t>(x.num_recv_rows()) * row + 1);
   std::vector<float> back(send.size());
   std::vector<float> out(static_cast<size_t>(p.tokens) * row);
-  MPI_Datatype row_type;
-  MPI_Type_contiguous(p.hidden, MPI_FLOAT, &row_type);
-  MPI_Type_commit(&row_type);
-  std::vector<int> probe(static_cast<size_t>(R));
   std::vector<double> times;
   int n = repeats;
   for (int i = 0; i < warmup + n; ++i) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (Status st = mpi_world_barrier(); !st.ok()) die(p.comm->rank(), "barrier", st);
     const double t0 = now_seconds();
     for (int t = 0; t < p.tokens; ++t) {
       for (int j = 0; j < k; ++j) {
@@ -276,11 +258,9 @@ WireRun run_plain(const Problem& p, int warmup, int repeats) {
                     p.x.data() + static_cast<size_t>(t) * row, row * sizeof(float));
       }
     }
-    MPI_Alltoall(send_cnt.data(), 1, MPI_INT, probe.data(), 1, MPI_INT, MPI_COMM_WORLD);
-    MPI_Alltoallv(send.data(), send_cnt.data(), sdispl.data(), row_type, recv.data(), probe.data(), rdispl.data(),
-                  row_type, MPI_COMM_WORLD);
-    MPI_Alltoallv(recv.data(), probe.data(), rdispl.data(), row_type, back.data(), send_cnt.data(), sdispl.data(),
-                  row_type, MPI_COMM_WORLD);
+    if (Status st = x.exchange(send.data(), recv.data(), recv.data(), back.data()); !st.ok()) {
+      die(p.comm->rank(), "raw MPI exchange", st);
+    }
     std::fill(out.begin(), out.end(), 0.0f);
     for (int t = 0; t < p.tokens; ++t) {
       float* dst = out.data() + static_cast<size_t>(t) * row;
@@ -294,7 +274,6 @@ WireRun run_plain(const Problem& p, int warmup, int repeats) {
     if (i == warmup - 1) n = adapt_repeats(dt, n);
     if (i >= warmup) times.push_back(dt);
   }
-  MPI_Type_free(&row_type);
   w.with_pack = stat_of(max_over_ranks(times));
   return w;
 }
@@ -330,7 +309,7 @@ double memcpy_bandwidth(int64_t bytes) {
 
 CrossNode cross_node_bytes(const Problem& p) {
   const Communicator& c = *p.comm;
-  const int k = p.f->top_k, me = c.rank();
+  const int k = p.f->num_topk, me = c.rank();
   const int64_t act = static_cast<int64_t>(p.hidden) * 4, row = act + static_cast<int64_t>(k) * 8;
   CrossNode x;
   std::vector<char> rank_hit(static_cast<size_t>(c.size())), node_hit(static_cast<size_t>(c.num_nodes()));
@@ -356,7 +335,7 @@ CrossNode cross_node_bytes(const Problem& p) {
 // Rough peak memory of one configuration on all ranks together (bytes): inputs, the EP
 // layer's buffers (flat), the expert FFN's gathered rows, and the plain run's buffers.
 int64_t estimate_memory(const Problem& p) {
-  const int R = p.comm->size(), k = p.f->top_k;
+  const int R = p.comm->size(), k = p.f->num_topk;
   std::vector<int64_t> rows(static_cast<size_t>(R), 0), assign(static_cast<size_t>(R), 0);
   std::vector<char> hit(static_cast<size_t>(R));
   for (int t = 0; t < p.tokens; ++t) {
@@ -374,8 +353,8 @@ int64_t estimate_memory(const Problem& p) {
     sent_assign += assign[static_cast<size_t>(r)];
   }
   // Received counts: sum over senders.
-  MPI_Allreduce(MPI_IN_PLACE, rows.data(), R, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, assign.data(), R, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (Status st = mpi_world_sum(&rows); !st.ok()) die(p.comm->rank(), "sum over ranks", st);
+  if (Status st = mpi_world_sum(&assign); !st.ok()) die(p.comm->rank(), "sum over ranks", st);
   const int64_t act = static_cast<int64_t>(p.hidden) * 4, row = act + static_cast<int64_t>(k) * 8;
   const int me = p.comm->rank();
   const int64_t recv_rows = rows[static_cast<size_t>(me)], recv_assign = assign[static_cast<size_t>(me)];

@@ -7,7 +7,6 @@
 
 #include "commands.h"
 #include "engine_flags.h"
-#include "moe/comm/mpi_communicator.h"
 #include "moe/core/atomic_file.h"
 #include "moe/engine.h"
 #include "moe/stats/expert_load_stats.h"
@@ -40,9 +39,10 @@ int run_generate(const GenerateFlags& f) {
     return fail("--top-p must be in (0, 1] (got " + std::to_string(f.top_p) + ")");
   }
   if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return fail(bad);
-  auto opened = open_engine(f.engine, "generate");
+  auto opened = launch_engine_from_flags(f.engine, "generate");
   if (!opened.ok()) return fail(opened.status().message());
-  std::unique_ptr<Communicator>& comm = opened.value().comm;
+  const bool expert_parallel = opened.value().comm != nullptr;
+  const int num_ranks = opened.value().num_ranks;
   auto& engine = opened.value().engine;
   const int rank = opened.value().rank;
   if (rank != 0) {
@@ -86,7 +86,7 @@ int run_generate(const GenerateFlags& f) {
     return fail(msg);
   }
   const GenerateResult& r = result.value();
-  if (f.engine.rebalance_every > 0) {
+  if (f.engine.options.rebalance_every > 0) {
     const Engine::EpStats ep = engine->ep_stats();
     std::fprintf(stderr, "[rebalancing: %lld plans applied, %lld failed, %lld not worth moving, %lld experts moved, "
                  "%.1f ms]\n",
@@ -112,11 +112,11 @@ int run_generate(const GenerateFlags& f) {
     std::fprintf(stderr, "[prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | finish: %s]\n",
                  r.prompt_token_ids.size(), prefill_tps, r.output_token_ids.size(), decode_tps,
                  r.finish_reason.c_str());
-    if (comm) {
+    if (expert_parallel) {
       const Engine::EpStats ep = engine->ep_stats();
       std::fprintf(stderr, "[expert parallel: %d ranks, %lld MoE exchanges, %.1f MB sent by rank 0, "
                    "comm wait %.1f ms, expert compute %.1f ms]\n",
-                   comm->size(), static_cast<long long>(ep.calls), ep.bytes_sent / 1e6, ep.comm_wait_seconds * 1e3,
+                   num_ranks, static_cast<long long>(ep.calls), ep.bytes_sent / 1e6, ep.comm_wait_seconds * 1e3,
                    ep.compute_seconds * 1e3);
 
     }

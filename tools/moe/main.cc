@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 
 #include "commands.h"
-#include "moe/comm/mpi_communicator.h"
 #include "moe/core/logging.h"
+#include "moe/launch.h"
 
 namespace moe::cli {
 
@@ -79,17 +79,8 @@ int main(int argc, char** argv) {
   }
   if (!moe::init_logging(log_level)) return moe::cli::fail("--log-level: unknown level '" + log_level + "'");
   // Under mpirun every subcommand runs with MPI initialised (finalised on return).
-  const bool mpi = moe::launched_under_mpi();
-  if (mpi) {
-    moe::Status st = moe::mpi_init(&argc, &argv);
-    if (!st.ok()) return moe::cli::fail(st.message());
-  }
-  struct Finalize {
-    bool on;
-    ~Finalize() {
-      if (on) (void)moe::mpi_finalize();
-    }
-  } finalize{mpi};
+  auto mpi = moe::MpiSession::start(&argc, &argv);
+  if (!mpi.ok()) return moe::cli::fail(mpi.status().message());
   if (generate->parsed()) return run_generate();
   if (serve->parsed()) return run_serve();
   if (bench_generate->parsed()) return run_bench_generate();

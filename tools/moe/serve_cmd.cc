@@ -16,7 +16,6 @@
 
 #include "commands.h"
 #include "engine_flags.h"
-#include "moe/core/logging.h"
 #include "moe/scheduler.h"
 #include "moe/serve/chat_template.h"
 #include "moe/serve/http_server.h"
@@ -140,7 +139,7 @@ int run_serve(const ServeFlags& f) {
     auto t = serve::ChatTemplate::select(f.chat_template, "", "");
     if (!t.ok()) return fail("--chat-template: " + t.status().message());
   }
-  auto opened = open_engine(f.engine, "serve");
+  auto opened = launch_engine_from_flags(f.engine, "serve");
   if (!opened.ok()) return fail(opened.status().message());
   Engine& engine = *opened.value().engine;
   const int rank = opened.value().rank;

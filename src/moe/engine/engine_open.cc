@@ -141,8 +141,8 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     return unimplemented(dir + "/config.json: model_type 'deepseek_v3' is parsed (its router is supported) but "
                          "Multi-head Latent Attention is not implemented yet, so the model cannot run");
   }
-  MOE_ASSIGN_OR_RETURN(impl->capacity.policy, parse_overflow_policy(options.overflow_policy));
-  impl->capacity.capacity_factor = options.capacity_factor;
+  MOE_ASSIGN_OR_RETURN(impl->capacity.policy, parse_overflow_policy(resolved_overflow_policy(options)));
+  impl->capacity.capacity_factor = resolved_capacity_factor(options);
   MOE_RETURN_IF_ERROR(validate_capacity_options(impl->capacity));
   std::vector<int> moe_layers;
   for (int l = 0; l < impl->config.num_hidden_layers; ++l) {

@@ -1,0 +1,94 @@
+// Process start-up for a command that may run under mpirun (`moe generate`, `moe serve`,
+// the benchmarks): MPI for the life of the process, the expert-parallel group, and
+// opening the Engine on it.
+//
+//   int main(int argc, char** argv) {
+//     auto mpi = moe::MpiSession::start(&argc, &argv);   // no-op without mpirun
+//     ...
+//     moe::EpLaunchOptions launch{.ep = 2, .command = "generate"};
+//     auto opened = moe::launch_engine(options, launch);  // collective under mpirun
+//     if (opened.value().rank != 0) return opened.value().engine->run_worker().ok() ? 0 : 1;
+//
+// Threading: MPI runs at MPI_THREAD_FUNNELED, so start the session, launch the engine
+// and destroy both on the main thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "moe/engine.h"
+#include "moe/engine_options.h"
+#include "moe/status.h"
+
+namespace moe {
+
+class Communicator;  // src/moe/comm/communicator.h
+
+// True when an MPI launcher (mpirun) started this process (OMPI_COMM_WORLD_SIZE or
+// PMI_SIZE set in the environment). Thread-safe; needs no MpiSession.
+bool launched_under_mpi();
+
+// MPI for the lifetime of a command: start() initialises MPI when the process was
+// launched under mpirun (MPI_ERRORS_RETURN on the world communicator); the destructor
+// finalises it. Without mpirun both do nothing. Move-only; destroy it after every
+// communicator and engine that uses MPI. Errors from finalising are ignored.
+class MpiSession {
+ public:
+  // Internal (or FailedPrecondition if MPI was already finalised) when MPI cannot be
+  // initialised; the message names MPI_Init_thread.
+  static StatusOr<MpiSession> start(int* argc, char*** argv);
+  MpiSession(MpiSession&& other) noexcept;
+  MpiSession& operator=(MpiSession&& other) noexcept;
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  ~MpiSession();
+
+  // True when MPI was initialised by this session (launched under mpirun).
+  bool active() const { return active_; }
+
+ private:
+  explicit MpiSession(bool active) : active_(active) {}
+  bool active_ = false;
+};
+
+// How a command joins its expert-parallel (EP) group.
+struct EpLaunchOptions {
+  // Expert-parallel ranks (`--ep`): 1 = one process. Under mpirun it must equal the
+  // number of ranks mpirun started; > 1 needs mpirun. Must be >= 1.
+  int ep = 1;
+  // Emulated nodes of K consecutive ranks for the hierarchical exchange (`--ranks-per-
+  // node`); 0 = real nodes from MPI. Must be >= 0.
+  int ranks_per_node = 0;
+  // The subcommand ("generate", "serve"), named in the hint to run under mpirun.
+  std::string command = "generate";
+};
+
+// The Engine of this process and, under mpirun, the communicator it runs on. The
+// engine is destroyed before the communicator. Move-only.
+struct LaunchedEngine {
+  LaunchedEngine();
+  LaunchedEngine(LaunchedEngine&&) noexcept;
+  LaunchedEngine& operator=(LaunchedEngine&&) noexcept;
+  ~LaunchedEngine();
+
+  std::unique_ptr<Communicator> comm;  // null for one process (not under mpirun)
+  std::unique_ptr<Engine> engine;      // never null after a successful launch_engine()
+  int rank = 0;       // this process's EP rank; rank 0 generates, the others run_worker()
+  int num_ranks = 1;  // EP ranks (1 for one process)
+};
+
+// Opens options' Engine on the EP group that `launch` describes. Under mpirun (or with
+// ep > 1) it creates the MPI communicator over all ranks and sets options.comm to it;
+// it is then collective: every rank must call it. Needs an active MpiSession under
+// mpirun. Errors (InvalidArgument unless noted):
+//   - ep < 1 or ranks_per_node < 0: the message names --ep / --ranks-per-node;
+//   - ep > 1 without mpirun: "--ep N needs N processes: run it as mpirun -np N moe
+//     <command> --ep N ...";
+//   - mpirun started a different number of ranks than ep: "--ep N but mpirun started M
+//     ranks; they must match";
+//   - the communicator's errors (e.g. DeadlineExceeded when a rank does not join);
+//   - Engine::open's errors, prefixed "rank R: " under mpirun.
+// options.comm must be null on entry (the launch provides the communicator).
+StatusOr<LaunchedEngine> launch_engine(EngineOptions options, const EpLaunchOptions& launch);
+
+}  // namespace moe

@@ -1,0 +1,83 @@
+// Process start-up under mpirun (include/moe/launch.h).
+#include "moe/launch.h"
+
+#include <utility>
+
+#include "moe/comm/communicator.h"
+#include "moe/comm/mpi_communicator.h"
+
+namespace moe {
+
+StatusOr<MpiSession> MpiSession::start(int* argc, char*** argv) {
+  if (!launched_under_mpi()) return MpiSession(false);
+  MOE_RETURN_IF_ERROR(mpi_init(argc, argv));
+  return MpiSession(true);
+}
+
+MpiSession::MpiSession(MpiSession&& other) noexcept : active_(std::exchange(other.active_, false)) {}
+
+MpiSession& MpiSession::operator=(MpiSession&& other) noexcept {
+  if (this != &other) {
+    if (active_) (void)mpi_finalize();
+    active_ = std::exchange(other.active_, false);
+  }
+  return *this;
+}
+
+MpiSession::~MpiSession() {
+  if (active_) (void)mpi_finalize();
+}
+
+LaunchedEngine::LaunchedEngine() = default;
+LaunchedEngine::LaunchedEngine(LaunchedEngine&&) noexcept = default;
+LaunchedEngine& LaunchedEngine::operator=(LaunchedEngine&&) noexcept = default;
+LaunchedEngine::~LaunchedEngine() {
+  engine.reset();  // before its communicator (members would go in the same order; said explicitly)
+  comm.reset();
+}
+
+namespace {
+
+// The EP communicator for `launch`: null for one process.
+StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& launch) {
+  const std::string n = std::to_string(launch.ep);
+  if (launch.ep < 1) return invalid_argument("--ep must be >= 1 (got " + n + ")");
+  if (launch.ranks_per_node < 0) {
+    return invalid_argument("--ranks-per-node must be >= 0 (got " + std::to_string(launch.ranks_per_node) + ")");
+  }
+  if (launch.ep == 1 && !launched_under_mpi()) return std::unique_ptr<Communicator>();
+  if (!launched_under_mpi()) {
+    return invalid_argument("--ep " + n + " needs " + n + " processes: run it as mpirun -np " + n + " moe " +
+                            launch.command + " --ep " + n + " ...");
+  }
+  MpiOptions mo;
+  mo.ranks_per_node = launch.ranks_per_node;
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, make_mpi_communicator(mo));
+  if (comm->size() != launch.ep) {
+    return invalid_argument("--ep " + n + " but mpirun started " + std::to_string(comm->size()) +
+                            " ranks; they must match");
+  }
+  return comm;
+}
+
+}  // namespace
+
+StatusOr<LaunchedEngine> launch_engine(EngineOptions options, const EpLaunchOptions& launch) {
+  if (options.comm != nullptr) {
+    return invalid_argument("launch_engine: EngineOptions.comm must be null (the launch creates the communicator)");
+  }
+  LaunchedEngine out;
+  MOE_ASSIGN_OR_RETURN(out.comm, open_ep_group(launch));
+  out.rank = out.comm ? out.comm->rank() : 0;
+  out.num_ranks = out.comm ? out.comm->size() : 1;
+  options.comm = out.comm.get();
+  auto engine = Engine::open(options);
+  if (!engine.ok()) {
+    if (!out.comm) return engine.status();
+    return Status(engine.status().code(), "rank " + std::to_string(out.rank) + ": " + engine.status().message());
+  }
+  out.engine = std::move(engine).value();
+  return out;
+}
+
+}  // namespace moe

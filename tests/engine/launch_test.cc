@@ -1,0 +1,107 @@
+// Process launch (include/moe/launch.h) outside mpirun, and the capacity rule of
+// EngineOptions (include/moe/engine_options.h). Under mpirun the same paths are run by
+// tests/e2e/ep_mpirun_test.cc (EpSizeMustMatchRanks, DifferentModelFiles...).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "contains_util.h"
+#include "moe/engine_options.h"
+#include "moe/launch.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+// This test is never started by mpirun; make sure the environment agrees.
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("OMPI_COMM_WORLD_SIZE");
+    ::unsetenv("PMI_SIZE");
+  }
+};
+
+TEST(EngineOptionsTest, CapacityFactorAloneMeansDrop) {
+  EngineOptions o;
+  EXPECT_EQ(resolved_overflow_policy(o), "dropless");
+  EXPECT_EQ(resolved_capacity_factor(o), 1.0);
+  o.capacity_factor = 0.5;
+  EXPECT_EQ(resolved_overflow_policy(o), "drop");
+  EXPECT_EQ(resolved_capacity_factor(o), 0.5);
+}
+
+TEST(EngineOptionsTest, AGivenOverflowPolicyWins) {
+  EngineOptions o;
+  o.overflow_policy = "reroute";
+  EXPECT_EQ(resolved_overflow_policy(o), "reroute");
+  EXPECT_EQ(resolved_capacity_factor(o), 1.0);
+  o.capacity_factor = 2.0;
+  EXPECT_EQ(resolved_overflow_policy(o), "reroute");
+  o.overflow_policy = "dropless";
+  EXPECT_EQ(resolved_overflow_policy(o), "dropless");
+}
+
+TEST_F(LaunchTest, WithoutMpirunTheSessionIsANoOp) {
+  EXPECT_FALSE(launched_under_mpi());
+  auto s = MpiSession::start(nullptr, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_FALSE(s.value().active());
+}
+
+TEST_F(LaunchTest, OneProcessOpensTheEngineWithoutACommunicator) {
+  auto opened = launch_engine({.model_dir = testing::tiny_model_dir(), .num_threads = 1}, {});
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_EQ(opened.value().comm, nullptr);
+  ASSERT_NE(opened.value().engine, nullptr);
+  EXPECT_EQ(opened.value().rank, 0);
+  EXPECT_EQ(opened.value().num_ranks, 1);
+  EXPECT_GT(opened.value().engine->info().num_experts, 0);
+}
+
+TEST_F(LaunchTest, EpAboveOneWithoutMpirunSaysHowToRunIt) {
+  auto opened = launch_engine({.model_dir = testing::tiny_model_dir()}, {.ep = 2, .command = "serve"});
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(opened.status().message(), "--ep 2 needs 2 processes: run it as mpirun -np 2 moe serve --ep 2");
+}
+
+TEST_F(LaunchTest, BadEpAndRanksPerNodeNameTheFlag) {
+  auto opened = launch_engine({.model_dir = testing::tiny_model_dir()}, {.ep = 0});
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(opened.status().message(), "--ep must be >= 1 (got 0)");
+  opened = launch_engine({.model_dir = testing::tiny_model_dir()}, {.ranks_per_node = -1});
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(opened.status().message(), "--ranks-per-node must be >= 0 (got -1)");
+}
+
+TEST_F(LaunchTest, ACommunicatorInTheOptionsIsRejected) {
+  EngineOptions o{.model_dir = testing::tiny_model_dir()};
+  o.comm = reinterpret_cast<Communicator*>(&o);  // never used: rejected first
+  auto opened = launch_engine(o, {});
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(opened.status().message(), "EngineOptions.comm");
+}
+
+TEST_F(LaunchTest, EngineErrorsPassThroughWithoutARankPrefixInOneProcess) {
+  auto opened = launch_engine({.model_dir = "/nonexistent/launch-model"}, {});
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kNotFound);
+  EXPECT_CONTAINS(opened.status().message(), "/nonexistent/launch-model");
+  EXPECT_EQ(opened.status().message().find("rank "), std::string::npos) << opened.status().message();
+}
+
+TEST_F(LaunchTest, AnUnknownOverflowPolicyIsAnError) {
+  EngineOptions o{.model_dir = testing::tiny_model_dir()};
+  o.overflow_policy = "spill";
+  auto opened = launch_engine(o, {});
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(opened.status().message(), "spill");
+}
+
+}  // namespace
+}  // namespace moe
