@@ -24,7 +24,6 @@
 #include "moe/comm/communicator.h"
 #include "moe/model/fingerprint.h"
 #include "moe/moe/capacity.h"
-#include "moe/ops/kernel_mode.h"
 #include "moe/runtime/expert_migration.h"
 #include "moe/placement/placement_plan.h"
 #include "moe/placement/replica_planner.h"
@@ -216,7 +215,6 @@ Status agree_on_startup(Communicator& comm, const Status& local, uint64_t finger
 
 StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
-  set_batch_invariant_kernels(options.batch_invariant);
   auto impl = std::make_unique<Impl>();
   impl->comm = options.comm;
   Status local = open_local(options, impl.get());
@@ -231,7 +229,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     return local;
   }
   const std::string& dir = options.model_dir;
-  impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights, impl->comm ? &impl->ep : nullptr);
+  impl->decoder = std::make_unique<Decoder>(
+      impl->config, impl->weights,
+      DecoderOptions{impl->comm ? &impl->ep : nullptr, KernelOptions{options.batch_invariant}});
   impl->decoder->set_capacity(impl->capacity);
   impl->rebalance_every = options.rebalance_every;
   impl->slots_per_rank = options.slots_per_rank;
