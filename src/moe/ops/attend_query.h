@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "moe/ops/activation.h"
+#include "moe/ops/activation_cpu.h"
 
 namespace moe::detail {
 

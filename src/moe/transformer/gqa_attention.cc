@@ -79,8 +79,8 @@ void GqaAttention::forward(int layer, const TensorView& x, const AttentionBatch&
   }
   for (size_t i = 0; i < batch.num_segments; ++i) {
     const RowSegment& r = batch.segments[i];
-    rope_.apply(q + r.row0 * q_dim, r.n, q_dim, heads, r.start_pos);
-    rope_.apply(k + r.row0 * kv_dim, r.n, kv_dim, kv_heads, r.start_pos);
+    rope_.apply(TensorView::f32(q + r.row0 * q_dim, {r.n, heads, hd}), r.start_pos);
+    rope_.apply(TensorView::f32(k + r.row0 * kv_dim, {r.n, kv_heads, hd}), r.start_pos);
   }
   if (batch.paged != nullptr) {
     paged_seqs_.clear();
