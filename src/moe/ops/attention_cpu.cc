@@ -49,7 +49,7 @@ void causal_attention(const CausalAttentionArgs& args, const AttentionShape& s, 
 
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scores;
+    static thread_local std::vector<float> scores;  // per OpenMP thread, reused across calls
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < work; ++item) {
       const int h = static_cast<int>(item / num_qblocks);

@@ -25,7 +25,9 @@ void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, cons
     uint32_t seq;
     int64_t t;
   };
-  std::vector<Item> items;
+  // Reused by the calling thread: no allocation per layer in the steady state.
+  static thread_local std::vector<Item> items;
+  items.clear();
   int64_t work = 0;
   for (size_t i = 0; i < num_seqs; ++i) {
     for (int64_t t = 0; t < seqs[i].m; ++t) {
@@ -35,13 +37,14 @@ void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, cons
   }
   const int64_t n_items = static_cast<int64_t>(items.size());
   const bool parallel = n_items > 1 && work * s.num_heads >= 4096;
+  const Item* item_ptr = items.data();  // the thread_local is the calling thread's
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> scores;
+    static thread_local std::vector<float> scores;  // per OpenMP thread, reused across calls
 #pragma omp for schedule(dynamic, 4)
     for (int64_t it = 0; it < n_items; ++it) {
-      const PagedAttentionSeq& sq = seqs[items[static_cast<size_t>(it)].seq];
-      const int64_t t = items[static_cast<size_t>(it)].t;
+      const PagedAttentionSeq& sq = seqs[item_ptr[it].seq];
+      const int64_t t = item_ptr[it].t;
       const int64_t ctx = sq.start_pos + t + 1;
       scores.resize(static_cast<size_t>(ctx));
       const int32_t* table = sq.block_table;
