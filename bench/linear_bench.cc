@@ -54,7 +54,7 @@ void BM_moe_linear_bf16(benchmark::State& state) {
   omp_set_num_threads(static_cast<int>(state.range(3)));
   Problem p = make(n, k, m);
   for (auto _ : state) {
-    moe::linear(p.x.data(), m, p.w, p.y.data());
+    moe::linear(p.x.data(), m, p.w, p.y.data(), moe::KernelOptions{});
     benchmark::DoNotOptimize(p.y.data());
   }
   set_counters(state, n, k, m, p.w_bf16.size() * 2);

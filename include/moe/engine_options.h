@@ -53,7 +53,7 @@ struct EngineOptions {
   // Batch-invariant kernels: every token's logits are bitwise the same whatever other
   // tokens share its forward pass (prompt chunking, batch size, other requests). Linear
   // layers then use the GEMV kernel for any token count instead of sgemm for prefill,
-  // and attention one query at a time. Process-wide (kernel selection is global).
+  // and attention one query at a time. Per engine (passed to its decoder as KernelOptions).
   // `moe serve` turns it on by default; with it `moe generate` gives bitwise the tokens
   // and logits a served request gets.
   bool batch_invariant = false;

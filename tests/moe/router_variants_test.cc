@@ -206,7 +206,7 @@ TEST(RouterVariantsTest, DeepseekV3GoldenCases) {
     const Weight2D gate{w.data(), DType::kF32, E, hidden};
     std::vector<float> logits(static_cast<size_t>(n * E)), weights(static_cast<size_t>(n * k));
     std::vector<int> idx(static_cast<size_t>(n * k)), plain_idx(static_cast<size_t>(n * k));
-    linear(x.data(), n, gate, logits.data());
+    linear(x.data(), n, gate, logits.data(), KernelOptions{});
     route_topk(logits.data(), n, rc, bias.data(), nullptr, idx.data(), weights.data());
     const auto want_idx = layer["topk_idx"].get<std::vector<std::vector<int>>>();
     const auto want_w = layer["topk_weights"].get<std::vector<std::vector<double>>>();

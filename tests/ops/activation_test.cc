@@ -83,5 +83,27 @@ TEST(SoftmaxTest, SingleAndUniform) {
   for (float v : u) EXPECT_NEAR(v, 1.0 / 7.0, 1e-7);
 }
 
+
+// The tensor entries run the same kernels: identical bits.
+TEST(ActivationTensorTest, EntriesMatchRawKernels) {
+  std::vector<float> gate = {-3, -0.5f, 0, 0.25f, 2, 7}, up = {1, 2, -1, 4, 0.5f, -2};
+  std::vector<float> raw(6), viewed(6);
+  silu_mul(gate.data(), up.data(), 6, raw.data());
+  silu_mul(TensorView::f32(gate.data(), {2, 3}), TensorView::f32(up.data(), {2, 3}), TensorView::f32(viewed.data(), {2, 3}));
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(raw[i], viewed[i]) << i;
+  std::vector<float> rows = {1, 2, 3, -1, 0, 5}, one = rows;
+  softmax(TensorView::f32(rows.data(), {2, 3}));
+  softmax(one.data(), 3);
+  softmax(one.data() + 3, 3);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(rows[i], one[i]) << i;
+}
+
+TEST(ActivationTensorDeathTest, ShapeMismatchIsAProgrammingError) {
+  std::vector<float> a(6), b(6);
+  EXPECT_DEATH(silu_mul(TensorView::f32(a.data(), {2, 3}), TensorView::f32(b.data(), {3, 2}),
+                        TensorView::f32(a.data(), {2, 3})),
+               "");
+}
+
 }  // namespace
 }  // namespace moe

@@ -78,13 +78,22 @@ std::vector<double> naive_attention(const Problem& p) {
   return out;
 }
 
+// Runs the tensor entry on a Problem-shaped call.
+void run_attention(const Problem& p, int64_t m, int64_t start_pos, float* out, const KernelOptions& options = {}) {
+  const AttentionShape& s = p.shape;
+  const KvView cache{TensorView::f32(p.k_cache.data(), {s.num_kv_heads, s.capacity, s.head_dim}),
+                     TensorView::f32(p.v_cache.data(), {s.num_kv_heads, s.capacity, s.head_dim})};
+  causal_attention(TensorView::f32(p.q.data(), {m, s.num_heads, s.head_dim}), start_pos, cache,
+                   TensorView::f32(out, {m, s.num_heads, s.head_dim}), options);
+}
+
 void check_against_naive(int heads, int kv_heads, int hd, int64_t m, int64_t start_pos) {
   SCOPED_TRACE("heads=" + std::to_string(heads) + " kv=" + std::to_string(kv_heads) + " hd=" + std::to_string(hd) +
                " m=" + std::to_string(m) + " start_pos=" + std::to_string(start_pos));
   const Problem p = make_problem(heads, kv_heads, hd, m, start_pos, static_cast<uint32_t>(m * 100 + start_pos));
   const std::vector<double> want = naive_attention(p);
   std::vector<float> out(want.size() + 4, -777.0f);
-  causal_attention(p.q.data(), m, start_pos, p.k_cache.data(), p.v_cache.data(), p.shape, out.data());
+  run_attention(p, m, start_pos, out.data());
   int bad = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     if (!(std::fabs(out[i] - want[i]) <= 2e-5)) {
@@ -110,7 +119,7 @@ TEST(AttentionTest, MultiQueryOneKvHead) { check_against_naive(4, 1, 8, 5, 1); }
 TEST(AttentionTest, SinglePositionReturnsV) {
   const Problem p = make_problem(4, 2, 8, 1, 0, 17);
   std::vector<float> out(static_cast<size_t>(4 * 8));
-  causal_attention(p.q.data(), 1, 0, p.k_cache.data(), p.v_cache.data(), p.shape, out.data());
+  run_attention(p, 1, 0, out.data());
   for (int h = 0; h < 4; ++h) {
     const int kvh = h / 2;
     for (int i = 0; i < 8; ++i) {
@@ -124,7 +133,7 @@ TEST(AttentionTest, SinglePositionReturnsV) {
 TEST(AttentionTest, FirstPrefillQueryReturnsV) {
   const Problem p = make_problem(4, 2, 8, 7, 0, 23);
   std::vector<float> out(static_cast<size_t>(7 * 4 * 8));
-  causal_attention(p.q.data(), 7, 0, p.k_cache.data(), p.v_cache.data(), p.shape, out.data());
+  run_attention(p, 7, 0, out.data());
   for (int h = 0; h < 4; ++h) {
     for (int i = 0; i < 8; ++i) {
       EXPECT_FLOAT_EQ(out[static_cast<size_t>(h * 8 + i)],
@@ -142,9 +151,33 @@ TEST(AttentionTest, HandWeights) {
   const float k[4] = {0, 0, 1, 0};
   const float v[4] = {10, -5, 0, 5};
   float out[2];
-  causal_attention(q, 1, 1, k, v, s, out);
+  causal_attention(TensorView::f32(q, {1, 1, 2}), 1, KvView{TensorView::f32(k, {1, s.capacity, 2}), TensorView::f32(v, {1, s.capacity, 2})},
+                   TensorView::f32(out, {1, 1, 2}), KernelOptions{});
   EXPECT_NEAR(out[0], 10 * 0.2 + 0 * 0.8, 1e-5);  // 2
   EXPECT_NEAR(out[1], -5 * 0.2 + 5 * 0.8, 1e-5);  // 3
+}
+
+
+// Batch-invariant mode takes one query at a time: each query's output is bitwise that of
+// a decode step over the same cache, whatever m is.
+TEST(AttentionTest, BatchInvariantPrefillEqualsDecodeSteps) {
+  const int64_t m = 9;
+  const Problem p = make_problem(4, 2, 8, m, 0, 29);
+  std::vector<float> all(static_cast<size_t>(m * 4 * 8));
+  run_attention(p, m, 0, all.data(), KernelOptions{.batch_invariant = true});
+  for (int64_t t = 0; t < m; ++t) {
+    Problem one = p;
+    one.q.assign(p.q.begin() + t * 32, p.q.begin() + (t + 1) * 32);
+    std::vector<float> out(32);
+    run_attention(one, 1, t, out.data(), KernelOptions{.batch_invariant = true});
+    for (size_t i = 0; i < 32; ++i) ASSERT_EQ(all[static_cast<size_t>(t * 32) + i], out[i]) << "t=" << t << " i=" << i;
+  }
+}
+
+TEST(AttentionDeathTest, PositionsBeyondTheCacheAreAProgrammingError) {
+  const Problem p = make_problem(4, 2, 8, 2, 0, 31);
+  std::vector<float> out(64);
+  EXPECT_DEATH(run_attention(p, 2, p.shape.capacity - 1, out.data()), "");
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ TEST_P(LinearTest, AllPathsMatchNaiveDouble) {
     const size_t out = static_cast<size_t>(m * shape.n);
 
     std::vector<float> y(out + 8, kSentinel);
-    linear(x.data(), m, w.view, y.data());
+    linear(x.data(), m, w.view, y.data(), KernelOptions{});
     expect_close(y, ref, scale, "linear");
 
     std::vector<float> yg(out + 8, kSentinel);
@@ -224,7 +224,7 @@ TEST(LinearHandTest, ZeroTokensWritesNothing) {
   const TestWeight w = make_weight(DType::kBF16, 4, 8, 1);
   const std::vector<float> x = make_input(1, 8, 2);
   float y[4] = {kSentinel, kSentinel, kSentinel, kSentinel};
-  linear(x.data(), 0, w.view, y);
+  linear(x.data(), 0, w.view, y, KernelOptions{});
   for (float v : y) EXPECT_EQ(v, kSentinel);
 }
 
@@ -238,7 +238,7 @@ std::vector<std::vector<float>> run_with_threads(const TestWeight& w, int64_t m,
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     std::vector<float> y(static_cast<size_t>(m * w.view.rows) + 8, kSentinel);
-    linear(x.data(), m, w.view, y.data());
+    linear(x.data(), m, w.view, y.data(), KernelOptions{});
     expect_close(y, ref, scale, "linear threads=" + std::to_string(threads));
     results.push_back(std::move(y));
   }
@@ -306,7 +306,7 @@ void check_linear_many(const std::vector<std::pair<DType, Shape>>& specs, const 
   }
   std::vector<LinearJob> jobs;
   for (size_t j = 0; j < specs.size(); ++j) jobs.push_back({xs[j].data(), ms[j], &ws[j].view, ys[j].data()});
-  linear_many(jobs.data(), jobs.size());
+  linear_many(jobs.data(), jobs.size(), KernelOptions{});
   for (size_t j = 0; j < specs.size(); ++j) {
     SCOPED_TRACE("job " + std::to_string(j) + " " + dtype_name(specs[j].first) + " m=" + std::to_string(ms[j]));
     std::vector<double> ref, scale;
@@ -316,7 +316,7 @@ void check_linear_many(const std::vector<std::pair<DType, Shape>>& specs, const 
     // (GEMM-sized ones may not be; see DISABLED_GemmBitwiseIndependentOfThreadCount.)
     if (ms[j] <= kGemvMaxTokens) {
       std::vector<float> alone(ys[j].size(), kSentinel);
-      linear(xs[j].data(), ms[j], ws[j].view, alone.data());
+      linear(xs[j].data(), ms[j], ws[j].view, alone.data(), KernelOptions{});
       for (size_t i = 0; i < alone.size(); ++i) ASSERT_EQ(ys[j][i], alone[i]) << "differs from linear() at " << i;
     }
   }
@@ -340,13 +340,50 @@ TEST(LinearManyTest, LargeJobsMultiThreaded) {
 }
 
 TEST(LinearManyTest, EmptyListAndAllSkipped) {
-  linear_many(nullptr, 0);
+  linear_many(nullptr, 0, KernelOptions{});
   const TestWeight w = make_weight(DType::kF32, 4, 8, 3);
   const std::vector<float> x = make_input(1, 8, 4);
   std::vector<float> y(4, kSentinel);
   const LinearJob jobs[2] = {{x.data(), 0, &w.view, y.data()}, {x.data(), 0, &w.view, y.data()}};
-  linear_many(jobs, 2);
+  linear_many(jobs, 2, KernelOptions{});
   for (float v : y) EXPECT_EQ(v, kSentinel);
+}
+
+
+// The tensor entry checks the views and runs the same kernel: identical bits.
+TEST(LinearTensorTest, EntryMatchesRawKernel) {
+  const TestWeight w = make_weight(DType::kBF16, 37, 64, 11);
+  for (int64_t m : {1, 3, 9}) {
+    const std::vector<float> x = make_input(m, 64, 12);
+    std::vector<float> raw(static_cast<size_t>(m * 37)), viewed(raw.size());
+    linear(x.data(), m, w.view, raw.data(), KernelOptions{});
+    linear(TensorView::f32(x.data(), {m, 64}), w.view, TensorView::f32(viewed.data(), {m, 37}), KernelOptions{});
+    for (size_t i = 0; i < raw.size(); ++i) ASSERT_EQ(raw[i], viewed[i]) << "m=" << m << " at " << i;
+  }
+}
+
+// KernelOptions::batch_invariant: a token's row is bitwise the same whatever m is
+// (the option travels with the call; no process-wide state).
+TEST(LinearTensorTest, BatchInvariantRowsIndependentOfM) {
+  const TestWeight w = make_weight(DType::kBF16, 70, 96, 13);
+  const int64_t m = 11;
+  const std::vector<float> x = make_input(m, 96, 14);
+  std::vector<float> all(static_cast<size_t>(m * 70));
+  linear(x.data(), m, w.view, all.data(), KernelOptions{.batch_invariant = true});
+  for (int64_t t = 0; t < m; ++t) {
+    std::vector<float> one(70);
+    linear(x.data() + t * 96, 1, w.view, one.data(), KernelOptions{.batch_invariant = true});
+    for (int64_t i = 0; i < 70; ++i) ASSERT_EQ(all[static_cast<size_t>(t * 70 + i)], one[static_cast<size_t>(i)]);
+  }
+}
+
+TEST(LinearTensorDeathTest, ShapeMismatchIsAProgrammingError) {
+  const TestWeight w = make_weight(DType::kF32, 4, 8, 15);
+  std::vector<float> x(16), y(8);
+  EXPECT_DEATH(linear(TensorView::f32(x.data(), {2, 7}), w.view, TensorView::f32(y.data(), {2, 4}), KernelOptions{}),
+               "");
+  EXPECT_DEATH(linear(TensorView::f32(x.data(), {2, 8}), w.view, TensorView::f32(y.data(), {1, 4}), KernelOptions{}),
+               "");
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ TEST(RmsNormTest, HandCaseEpsZero) {
   const float x[4] = {1, 2, 3, 4};
   const float w[4] = {1, 1, 2, 0.5f};
   float y[4];
-  rms_norm(x, w, 1, 4, 0.0f, y);
+  rms_norm(TensorView::f32(x, {1, 4}), TensorView::f32(w, {4}), 0.0f, TensorView::f32(y, {1, 4}));
   const double r = 0.3651483716701107;
   EXPECT_NEAR(y[0], 1 * r * 1, 1e-6);    // 0.36514837
   EXPECT_NEAR(y[1], 2 * r * 1, 1e-6);    // 0.73029674
@@ -29,12 +29,12 @@ TEST(RmsNormTest, EpsIsAddedInsideTheRoot) {
   const float x[2] = {3, 4};
   const float w[2] = {1, 1};
   float y[2];
-  rms_norm(x, w, 1, 2, 0.5f, y);
+  rms_norm(TensorView::f32(x, {1, 2}), TensorView::f32(w, {2}), 0.5f, TensorView::f32(y, {1, 2}));
   EXPECT_NEAR(y[0], 3 / std::sqrt(13.0), 1e-6);
   EXPECT_NEAR(y[1], 4 / std::sqrt(13.0), 1e-6);
   // A zero row stays zero (finite) thanks to eps.
   const float z[2] = {0, 0};
-  rms_norm(z, w, 1, 2, 1e-5f, y);
+  rms_norm(TensorView::f32(z, {1, 2}), TensorView::f32(w, {2}), 1e-5f, TensorView::f32(y, {1, 2}));
   EXPECT_EQ(y[0], 0.0f);
   EXPECT_EQ(y[1], 0.0f);
 }
@@ -44,10 +44,11 @@ TEST(RmsNormTest, RowsAreIndependentAndInPlaceWorks) {
   std::vector<float> x = {2, 2, 2, 2, 0, 0, 0, 8};
   const float w[4] = {1, -1, 0.25f, 3};
   std::vector<float> y(8);
-  rms_norm(x.data(), w, 2, 4, 0.0f, y.data());
+  rms_norm(TensorView::f32(x.data(), {2, 4}), TensorView::f32(w, {4}), 0.0f, TensorView::f32(y.data(), {2, 4}));
   const float want[8] = {1, -1, 0.25f, 3, 0, 0, 0, 6};
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(y[static_cast<size_t>(i)], want[i]) << i;
-  rms_norm(x.data(), w, 2, 4, 0.0f, x.data());  // x and y alias
+  rms_norm(TensorView::f32(x.data(), {2, 4}), TensorView::f32(w, {4}), 0.0f,
+           TensorView::f32(x.data(), {2, 4}));  // x and y alias
   for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(x[static_cast<size_t>(i)], want[i]) << i;
 }
 
@@ -59,7 +60,7 @@ TEST(RmsNormTest, MatchesNaiveDoubleOnRandomRows) {
   for (auto& v : x) v = dist(rng);
   for (auto& v : w) v = dist(rng);
   const float eps = 1e-5f;
-  rms_norm(x.data(), w.data(), m, n, eps, y.data());
+  rms_norm(TensorView::f32(x.data(), {m, n}), TensorView::f32(w.data(), {n}), eps, TensorView::f32(y.data(), {m, n}));
   for (int64_t t = 0; t < m; ++t) {
     double ss = 0;
     for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[static_cast<size_t>(t * n + i)]) * x[static_cast<size_t>(t * n + i)];

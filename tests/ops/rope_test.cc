@@ -102,5 +102,26 @@ TEST(RopeTest, PreservesNormAndComposesWithStartPos) {
   EXPECT_EQ(rope.max_positions(), 64);
 }
 
+
+// The tensor entry ([m, heads, head_dim]) equals the raw kernel bit for bit.
+TEST(RopeTensorTest, EntryMatchesRawKernel) {
+  const int hd = 8, heads = 3;
+  const int64_t m = 4;
+  RopeTable rope(hd, 10000.0, 16);
+  std::vector<float> a(static_cast<size_t>(m * heads * hd));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.1f * static_cast<float>(i) - 3.0f;
+  std::vector<float> b = a;
+  rope.apply(a.data(), m, heads * hd, heads, 5);
+  rope.apply(TensorView::f32(b.data(), {m, heads, hd}), 5);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << i;
+}
+
+TEST(RopeTensorDeathTest, WrongHeadDimOrPastTheTableIsAProgrammingError) {
+  RopeTable rope(8, 10000.0, 4);
+  std::vector<float> x(64);
+  EXPECT_DEATH(rope.apply(TensorView::f32(x.data(), {2, 2, 16}), 0), "");
+  EXPECT_DEATH(rope.apply(TensorView::f32(x.data(), {2, 4, 8}), 3), "");
+}
+
 }  // namespace
 }  // namespace moe

@@ -8,7 +8,6 @@
 
 #include "moe/transformer/decoder.h"
 #include "moe/model/hf_checkpoint.h"
-#include "moe/ops/kernel_mode.h"
 #include "test_util.h"
 
 namespace moe {
@@ -30,7 +29,8 @@ std::unique_ptr<Model> load(const std::string& dir) {
 
 // Max |a - b| over the logits of every sequence's last prompt token and of one decode
 // step, batched vs alone, relative to the alone logits' range.
-double batched_vs_alone(const std::string& dir) {
+double batched_vs_alone(const std::string& dir, bool batch_invariant) {
+  const DecoderOptions options{nullptr, KernelOptions{batch_invariant}};
   auto model = load(dir);
   const ModelConfig& c = model->config;
   const int V = c.vocab_size;
@@ -44,7 +44,7 @@ double batched_vs_alone(const std::string& dir) {
   // Alone: prompt, then one decode step (the extra token).
   std::vector<std::vector<float>> alone_prompt, alone_decode;
   {
-    Decoder dec(c, model->weights);
+    Decoder dec(c, model->weights, options);
     for (size_t s = 0; s < toks.size(); ++s) {
       KVCache cache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 64);
       std::vector<float> l1(V), l2(V);
@@ -56,7 +56,8 @@ double batched_vs_alone(const std::string& dir) {
   }
   // Batched: step 1 = chunks [0,5) [0,20) [0,10); step 2 = [5,7) [10,33) + seq 1's
   // decode; step 3 = decodes of seqs 0 and 2 (seq 1 decodes alongside, again).
-  Decoder dec(c, model->weights);
+  Decoder dec(c, model->weights, options);
+  dec.reserve(64, 3);
   const int bs = 4;
   PagedKVCache kv(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, bs, 64);
   std::vector<std::vector<int32_t>> tables = {{9, 3, 0}, {1, 2, 4, 5, 6, 7}, {8, 10, 11, 12, 13, 14, 15, 16, 17}};
@@ -83,19 +84,14 @@ double batched_vs_alone(const std::string& dir) {
   return worst;
 }
 
-class ForwardBatch : public ::testing::TestWithParam<std::string> {
- protected:
-  void TearDown() override { set_batch_invariant_kernels(false); }
-};
+class ForwardBatch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForwardBatch, InvariantKernelsGiveBitwiseEqualLogits) {
-  set_batch_invariant_kernels(true);
-  EXPECT_EQ(batched_vs_alone(testing::source_dir() + "/" + GetParam()), 0.0);
+  EXPECT_EQ(batched_vs_alone(testing::source_dir() + "/" + GetParam(), true), 0.0);
 }
 
 TEST_P(ForwardBatch, DefaultKernelsDifferInTheLastBitsOnly) {
-  set_batch_invariant_kernels(false);
-  const double d = batched_vs_alone(testing::source_dir() + "/" + GetParam());
+  const double d = batched_vs_alone(testing::source_dir() + "/" + GetParam(), false);
   EXPECT_GT(d, 0.0) << "sgemm vs GEMV should not agree bitwise (else the invariant mode is moot)";
   EXPECT_LT(d, 1e-5);
 }
@@ -104,6 +100,32 @@ INSTANTIATE_TEST_SUITE_P(Models, ForwardBatch,
                          ::testing::Values("models/tiny-mixtral-shakespeare", "tests/data/models/random-qwen2-moe",
                                            "tests/data/models/random-qwen3-moe"),
                          [](const auto& info) { return std::to_string(info.index); });
+
+
+// forward_batch beyond the workspaces sized by reserve() is refused, naming the limit,
+// before anything runs.
+TEST(ForwardBatchLimits, MoreTokensOrSegmentsThanReservedIsInvalidArgument) {
+  auto model = load(testing::source_dir() + "/models/tiny-mixtral-shakespeare");
+  const ModelConfig& c = model->config;
+  Decoder dec(c, model->weights);
+  dec.reserve(8, 2);
+  PagedKVCache kv(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 4, 16);
+  const std::vector<int> toks(Decoder::kMaxChunk + 1, 5);
+  const std::vector<int32_t> table = {0, 1, 2, 3};
+  using Seg = Decoder::BatchSegment;
+  const Status too_many_tokens = dec.forward_batch({Seg{toks.data(), Decoder::kMaxChunk + 1, 0, nullptr, nullptr}}, &kv);
+  EXPECT_EQ(too_many_tokens.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many_tokens.message().find("513 tokens"), std::string::npos) << too_many_tokens.message();
+  const Status too_many_segments = dec.forward_batch(
+      {Seg{toks.data(), 1, 0, table.data(), nullptr}, Seg{toks.data(), 1, 0, table.data() + 1, nullptr},
+       Seg{toks.data(), 1, 0, table.data() + 2, nullptr}},
+      &kv);
+  EXPECT_EQ(too_many_segments.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many_segments.message().find("3 segments"), std::string::npos) << too_many_segments.message();
+  // Within the reserve it runs.
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  EXPECT_TRUE(dec.forward_batch({Seg{toks.data(), 3, 0, table.data(), logits.data()}}, &kv).ok());
+}
 
 }  // namespace
 }  // namespace moe

@@ -34,7 +34,8 @@ TEST(KVCacheTest, WritePlacesHeadPosDim) {
       }
     }
   }
-  cache.write(1, start, m, keys.data(), values.data());
+  cache.write(1, start, TensorView::f32(keys.data(), {m, kKvHeads * kHeadDim}),
+              TensorView::f32(values.data(), {m, kKvHeads * kHeadDim}));
 
   const float* k = cache.k(1);
   const float* v = cache.v(1);
@@ -63,7 +64,8 @@ TEST(KVCacheTest, WritePlacesHeadPosDim) {
       v1[static_cast<size_t>(h * kHeadDim + d)] = -0.5f - static_cast<float>(h * kHeadDim + d);
     }
   }
-  cache.write(1, kCapacity - 1, 1, k1.data(), v1.data());
+  cache.write(1, kCapacity - 1, TensorView::f32(k1.data(), {1, kKvHeads * kHeadDim}),
+              TensorView::f32(v1.data(), {1, kKvHeads * kHeadDim}));
   for (int h = 0; h < kKvHeads; ++h) {
     for (int d = 0; d < kHeadDim; ++d) {
       EXPECT_EQ(k[(h * kCapacity + kCapacity - 1) * kHeadDim + d], 0.5f + static_cast<float>(h * kHeadDim + d));

@@ -149,7 +149,7 @@ StageTimes time_single_layer(const BenchLayer& bl, const BenchLayer& move, const
   int repeats = iters;
   for (int i = 0; i < 1 + repeats; ++i) {
     const double t0 = now_seconds();
-    linear(x.data(), tokens, bl.layer.router, logits.data());
+    linear(x.data(), tokens, bl.layer.router, logits.data(), KernelOptions{});
     const double t1 = now_seconds();
     route_topk(logits.data(), tokens, rc, bias, nullptr, idx.data(), w.data(), reroute ? ranked.data() : nullptr);
     const double t2 = now_seconds();

@@ -19,7 +19,6 @@
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
 #include "moe/moe/capacity.h"
-#include "moe/ops/kernel_mode.h"
 #include "moe/placement/placement_plan.h"
 #include "moe/runtime/ep_session.h"
 #include "moe/runtime/rebalancer.h"
@@ -186,7 +185,6 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
 
 StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
-  set_batch_invariant_kernels(options.batch_invariant);
   auto impl = std::make_unique<Impl>();
   impl->comm = options.comm;
   Status local = open_local(options, impl.get());
@@ -197,7 +195,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     return local;
   }
   const std::string& dir = options.model_dir;
-  impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights, impl->comm ? &impl->ep : nullptr);
+  impl->decoder = std::make_unique<Decoder>(
+      impl->config, impl->weights,
+      DecoderOptions{impl->comm ? &impl->ep : nullptr, KernelOptions{options.batch_invariant}});
   impl->decoder->set_capacity(impl->capacity);
   ExpertLoadStats* stats = impl->load_stats.get();
   impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {

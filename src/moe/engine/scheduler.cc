@@ -137,6 +137,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.kv_block_size,
                                           num_blocks);
   st->allocator = std::make_unique<BlockAllocator>(num_blocks);
+  core.decoder->reserve(o.max_num_batched_tokens, o.max_num_seqs);  // forward_batch's workspaces
   st->snap.kv_blocks_total = num_blocks;
   st->snap.kv_block_size = o.kv_block_size;
   st->snap.moe_layers = core.load_stats->layer_ids();

@@ -44,7 +44,13 @@ struct EpWorkspace {
 };
 
 void EpWorkspaceDeleter::operator()(EpWorkspace* ws) const { delete ws; }
-EpWorkspacePtr make_ep_workspace() { return EpWorkspacePtr(new EpWorkspace()); }
+EpWorkspacePtr make_ep_workspace(const KernelOptions& kernel) {
+  EpWorkspacePtr ws(new EpWorkspace());
+  ws->moe.kernel = kernel;
+  ws->moe.experts.kernel = kernel;
+  ws->experts.kernel = kernel;
+  return ws;
+}
 
 namespace {
 

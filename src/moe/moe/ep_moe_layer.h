@@ -59,7 +59,7 @@ struct EpWorkspaceDeleter {
   void operator()(EpWorkspace* ws) const;
 };
 using EpWorkspacePtr = std::unique_ptr<EpWorkspace, EpWorkspaceDeleter>;
-EpWorkspacePtr make_ep_workspace();
+EpWorkspacePtr make_ep_workspace(const KernelOptions& kernel = {});
 
 // x: [num_tokens, hidden] f32; out: [num_tokens, hidden] f32, overwritten. Collective:
 // every rank of ctx.comm must call it, in the same layer order. Errors: InvalidArgument

@@ -83,13 +83,13 @@ void grouped_expert_ffn(const ModelConfig& config, const LayerWeights& layer, co
       jobs.push_back({xe + begin * hidden, n, &ew.w1, gate + begin * inter});
       jobs.push_back({xe + begin * hidden, n, &ew.w3, up + begin * inter});
     });
-    linear_many(jobs.data(), jobs.size());
+    linear_many(jobs.data(), jobs.size(), ws->kernel);
     silu_mul(gate, up, rows * inter, gate);
     jobs.clear();
     for_each_segment([&](int e, int64_t begin, int64_t n) {
       jobs.push_back({gate + begin * inter, n, &layer.experts[static_cast<size_t>(e)].w2, ye + begin * hidden});
     });
-    linear_many(jobs.data(), jobs.size());
+    linear_many(jobs.data(), jobs.size(), ws->kernel);
     // Combine in assignment order = ascending expert id for every row.
     for (int64_t i = c0; i < c1; ++i) {
       const float w = g.weight[static_cast<size_t>(i)];

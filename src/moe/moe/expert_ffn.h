@@ -40,6 +40,7 @@ struct ExpertWorkspace {
   std::vector<float> gathered, gate, up, expert_out;
   std::vector<LinearJob> jobs;
   ExpertGroups groups;
+  KernelOptions kernel;  // how the expert projections run (set by the owner)
 };
 
 // x: [num_rows, hidden] f32; row_expert, row_weight: [num_rows, top_k];

@@ -16,7 +16,7 @@ Status route_tokens(const ModelConfig& config, const LayerWeights& layer, const 
   const bool reroute = capacity.policy == OverflowPolicy::kReroute;
   if (reroute && ws->ranked.size() < n * E) ws->ranked.resize(n * E);
   if (num_tokens > 0) {
-    linear(x, num_tokens, layer.router, ws->router_logits.data());  // [num_tokens, num_experts]
+    linear(x, num_tokens, layer.router, ws->router_logits.data(), ws->kernel);  // [num_tokens, num_experts]
     route_topk(ws->router_logits.data(), num_tokens, rc, layer.score_bias.empty() ? nullptr : layer.score_bias.data(),
                node_limit, ws->topk_idx.data(), ws->topk_weights.data(), reroute ? ws->ranked.data() : nullptr);
   }
@@ -28,6 +28,7 @@ void moe_forward(const ModelConfig& config, const LayerWeights& layer, const flo
                  MoeWorkspace* ws, float* out, const CapacityOptions& capacity) {
   const Status st = route_tokens(config, layer, x, num_tokens, capacity, nullptr, nullptr, ws);
   MOE_CHECK(st.ok());  // without a communicator nothing can fail
+  ws->experts.kernel = ws->kernel;
   grouped_expert_ffn(config, layer, x, num_tokens, ws->topk_idx.data(), ws->topk_weights.data(),
                      config.router.top_k, &ws->experts, out);
 }

@@ -24,6 +24,7 @@ struct MoeWorkspace {
   std::vector<int> topk_idx, ranked;
   StepRoutingCounts counts;  // the last step's global routing counts (for load statistics)
   ExpertWorkspace experts;
+  KernelOptions kernel;  // how the router and expert projections run (set by the owner)
 };
 
 // Routes num_tokens rows of x [num_tokens, hidden]: router logits, route_topk (with the

@@ -21,9 +21,9 @@ void swiglu_mlp(const ExpertWeights& w, const float* x, int64_t m, MlpWorkspace*
   float* gate = grow(ws->gate, m * inter);
   float* up = grow(ws->up, m * inter);
   const LinearJob jobs[2] = {{x, m, &w.w1, gate}, {x, m, &w.w3, up}};
-  linear_many(jobs, 2);
+  linear_many(jobs, 2, ws->kernel);
   silu_mul(gate, up, m * inter, gate);
-  linear(gate, m, w.w2, out);
+  linear(gate, m, w.w2, out, ws->kernel);
 }
 
 void add_shared_expert(const LayerWeights& layer, const float* x, int64_t m, MlpWorkspace* ws, float* out) {
@@ -33,7 +33,7 @@ void add_shared_expert(const LayerWeights& layer, const float* x, int64_t m, Mlp
   swiglu_mlp(layer.shared_expert, x, m, ws, y);
   const bool gated = layer.shared_expert_gate.data != nullptr;
   float* g = grow(ws->gate_logit, m);
-  if (gated) linear(x, m, layer.shared_expert_gate, g);  // [m, 1]
+  if (gated) linear(x, m, layer.shared_expert_gate, g, ws->kernel);  // [m, 1]
   for (int64_t t = 0; t < m; ++t) {
     const float scale = gated ? 1.0f / (1.0f + std::exp(-g[t])) : 1.0f;
     float* dst = out + t * hidden;

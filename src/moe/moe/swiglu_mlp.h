@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "moe/model/weights.h"
+#include "moe/ops/kernel_options.h"
 
 namespace moe {
 
 struct MlpWorkspace {
   std::vector<float> gate, up, y, gate_logit;
+  KernelOptions kernel;  // how the projections run (set by the owner)
 };
 
 // out = w2(silu(w1 x) * w3 x).  x: [m, hidden] f32; out: [m, hidden] f32, overwritten

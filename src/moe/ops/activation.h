@@ -1,15 +1,18 @@
-// Activations.
+// Activations: the SwiGLU gate and softmax. Entries take tensor views, check them
+// (MOE_CHECK) and run the device's kernel (ops/activation_cpu.{h,cc}, which also keeps
+// the raw-pointer forms for kernels).
 #pragma once
 
-#include <cstdint>
+#include "moe/ops/activation_cpu.h"
+#include "moe/tensor/tensor.h"
 
 namespace moe {
 
-// SwiGLU gate (Shazeer 2020): out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x).
-// out may alias gate or up.
-void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+// out = silu(gate) * up elementwise. gate, up, out: same shape, f32, contiguous; out may
+// alias gate or up.
+void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out);
 
-// In-place softmax over n values, computed with the max subtracted.
-void softmax(float* x, int64_t n);
+// Softmax of each row, in place. x: [rows, n] f32, contiguous.
+void softmax(const TensorView& x);
 
 }  // namespace moe

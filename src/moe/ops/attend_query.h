@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "moe/ops/activation.h"
+#include "moe/ops/activation_cpu.h"
 
 namespace moe::detail {
 
@@ -19,11 +19,26 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// q: [hd]; row_k(p) / row_v(p): the key / value of position p, [hd] each, p < ctx.
-// scores: scratch [ctx]. out: [hd] = softmax(q K^T * scale) V. AVX2 when hd % 8 == 0.
+// One query: q [hd] over positions [0, ctx); scores: scratch [ctx]; out: [hd].
+struct QueryTask {
+  const float* q;
+  int64_t ctx;
+  int hd;
+  float scale;
+  float* scores;
+  float* out;
+};
+
+// row_k(p) / row_v(p): the key / value of position p, [hd] each, p < ctx.
+// out = softmax(q K^T * scale) V. AVX2 when hd % 8 == 0.
 template <typename KeyAt, typename ValueAt>
-inline void attend_query(const float* q, int64_t ctx, KeyAt row_k, ValueAt row_v, int hd, float scale,
-                         float* scores, float* out) {
+inline void attend_query(const QueryTask& task, KeyAt row_k, ValueAt row_v) {
+  const float* q = task.q;
+  const int64_t ctx = task.ctx;
+  const int hd = task.hd;
+  const float scale = task.scale;
+  float* scores = task.scores;
+  float* out = task.out;
   const bool vec = hd % 8 == 0;
   for (int64_t p = 0; p < ctx; ++p) {
     const float* kp = row_k(p);

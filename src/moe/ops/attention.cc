@@ -1,85 +1,32 @@
 #include "moe/ops/attention.h"
 
-#include <cblas.h>
-#include <immintrin.h>
-#include <omp.h>
-
-#include <algorithm>
-#include <optional>
-#include <cmath>
-#include <vector>
-
-#include "moe/ops/activation.h"
-#include "moe/ops/attend_query.h"
-#include "moe/ops/kernel_mode.h"
-#include "moe/ops/blas_threads.h"
+#include "moe/core/check.h"
 
 namespace moe {
-namespace {
 
-constexpr int64_t kQueryBlock = 128;  // queries per sgemm block (bounds scratch memory)
-
-// One query row against one KV head (decode path).
-void attend_one(const float* q, int64_t ctx, const float* k, const float* v, int hd, float scale,
-                float* scores, float* out) {
-  detail::attend_query(
-      q, ctx, [k, hd](int64_t p) { return k + p * hd; }, [v, hd](int64_t p) { return v + p * hd; }, hd, scale,
-      scores, out);
-}
-
-}  // namespace
-
-void causal_attention(const float* q, int64_t m, int64_t start_pos, const float* k_cache,
-                      const float* v_cache, const AttentionShape& s, float* out) {
-  const int hd = s.head_dim;
-  const int64_t row = static_cast<int64_t>(s.num_heads) * hd;
-  const int group = s.num_heads / s.num_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t total_ctx = start_pos + m;
-  const int64_t num_qblocks = (m + kQueryBlock - 1) / kQueryBlock;
-  const int64_t work = static_cast<int64_t>(s.num_heads) * num_qblocks;
-  const bool parallel = total_ctx * m * s.num_heads >= 4096;
-  std::optional<ScopedSerialBlas> serial_blas;
-  if (!parallel) serial_blas.emplace();
-
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> scores;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < work; ++item) {
-      const int h = static_cast<int>(item / num_qblocks);
-      const int64_t qb = item % num_qblocks;
-      const int kvh = h / group;
-      const float* k = k_cache + static_cast<int64_t>(kvh) * s.capacity * hd;
-      const float* v = v_cache + static_cast<int64_t>(kvh) * s.capacity * hd;
-      const int64_t t0 = qb * kQueryBlock;
-      const int64_t nq = std::min(kQueryBlock, m - t0);
-      const int64_t ctx = start_pos + t0 + nq;  // keys visible to the block's last query
-      if (nq <= 2 || batch_invariant_kernels()) {
-        scores.resize(static_cast<size_t>(ctx));
-        for (int64_t t = t0; t < t0 + nq; ++t) {
-          attend_one(q + t * row + h * hd, start_pos + t + 1, k, v, hd, scale, scores.data(),
-                     out + t * row + h * hd);
-        }
-        continue;
-      }
-      scores.resize(static_cast<size_t>(nq * ctx));
-      // S = Q_blk K^T * scale: [nq, ctx]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(ctx), hd,
-                  scale, q + t0 * row + h * hd, static_cast<int>(row), k, hd, 0.0f, scores.data(),
-                  static_cast<int>(ctx));
-      for (int64_t i = 0; i < nq; ++i) {
-        float* srow = scores.data() + i * ctx;
-        const int64_t visible = start_pos + t0 + i + 1;
-        softmax(srow, visible);
-        std::fill(srow + visible, srow + ctx, 0.0f);
-      }
-      // O_blk = S V: [nq, hd]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nq), hd, static_cast<int>(ctx),
-                  1.0f, scores.data(), static_cast<int>(ctx), v, hd, 0.0f, out + t0 * row + h * hd,
-                  static_cast<int>(row));
-    }
+void causal_attention(const TensorView& q, int64_t start_pos, const KvView& cache, const TensorView& out,
+                      const KernelOptions& options) {
+  const TensorView& k = cache.k;
+  const TensorView& v = cache.v;
+  MOE_CHECK(q.dtype() == DType::kF32 && k.dtype() == DType::kF32 && v.dtype() == DType::kF32 &&
+            out.dtype() == DType::kF32);
+  MOE_CHECK(q.ndim() == 3 && out.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3);
+  MOE_CHECK(q.is_contiguous() && out.is_contiguous() && k.is_contiguous() && v.is_contiguous());
+  MOE_CHECK(out.dim(0) == q.dim(0) && out.dim(1) == q.dim(1) && out.dim(2) == q.dim(2));
+  MOE_CHECK(k.dim(0) == v.dim(0) && k.dim(1) == v.dim(1) && k.dim(2) == v.dim(2));
+  MOE_CHECK(k.dim(2) == q.dim(2) && k.dim(0) > 0 && q.dim(1) % k.dim(0) == 0);
+  MOE_CHECK(start_pos >= 0 && start_pos + q.dim(0) <= k.dim(1));
+  MOE_CHECK(q.device() == out.device() && k.device() == q.device() && v.device() == q.device());
+  const AttentionShape shape{static_cast<int>(q.dim(1)), static_cast<int>(k.dim(0)), static_cast<int>(q.dim(2)),
+                             k.dim(1)};
+  switch (q.device()) {
+    case Device::kCpu:
+      cpu::causal_attention({q.data_as<const float>(), q.dim(0), start_pos, k.data_as<const float>(),
+                             v.data_as<const float>(), out.data_as<float>()},
+                            shape, options);
+      return;
   }
+  MOE_CHECK(false && "causal_attention: no kernel for this device");
 }
 
 }  // namespace moe

@@ -1,43 +1,22 @@
 // y = x W^T, the projection of every Linear layer, for weights in f32/bf16/f16.
 //
-//   x: [m, k] f32 row-major (m tokens), W: [n, k] (Weight2D, stored dtype), y: [m, n] f32.
+//   x: [m, k] f32, contiguous (m tokens); w: [n, k] (Weight2D, stored dtype, mapped from
+//   the checkpoint); y: [m, n] f32, contiguous, overwritten (must not alias x).
 //
-// Small m (decode, m <= kGemvMaxTokens) runs our AVX2 GEMV kernel, which reads each
-// weight row once for all m tokens and converts bf16/f16 in registers: decode is bound
-// by weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
-// Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
-// OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32.
-// Rows of W are split over OpenMP threads in fixed blocks; the result does not depend
-// on the thread count. Call from outside any OpenMP parallel region.
+// Validates shapes, dtypes and device once (MOE_CHECK: a mismatch is a programming
+// error), then runs the device's kernel: ops/linear_cpu.{h,cc} (GEMV for decode, sgemm
+// on converted row blocks for prefill; see there). A CUDA kernel would be
+// ops/linear_cuda.cu, chosen here. Results do not depend on the thread count; with
+// options.batch_invariant they do not depend on m either. Thread-safe for distinct y.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
+#include "moe/ops/kernel_options.h"
+#include "moe/ops/linear_cpu.h"
+#include "moe/tensor/tensor.h"
 #include "moe/tensor/weight.h"
 
 namespace moe {
 
-inline constexpr int64_t kGemvMaxTokens = 4;
-
-void linear(const float* x, int64_t m, const Weight2D& w, float* y);
-
-// Several independent projections in one parallel region (e.g. q/k/v, or the w1/w3 of
-// every active expert): their row blocks are shared out over the threads together,
-// which costs one fork/join instead of one per matrix. Jobs must not overlap in `y`.
-struct LinearJob {
-  const float* x;      // [m, k]
-  int64_t m;           // tokens (0 = skip)
-  const Weight2D* w;   // [n, k]
-  float* y;            // [m, n]
-};
-void linear_many(const LinearJob* jobs, size_t num_jobs);
-
-// Explicit paths (exposed for tests and benchmarks).
-void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y);
-void linear_gemm(const float* x, int64_t m, const Weight2D& w, float* y);
-
-// Dot product of f32 x[k] with row r of W, single-threaded (used by small kernels).
-float dot_row(const float* x, const Weight2D& w, int64_t r);
+void linear(const TensorView& x, const Weight2D& w, const TensorView& y, const KernelOptions& options);
 
 }  // namespace moe

@@ -1,59 +1,25 @@
 #include "moe/ops/paged_attention.h"
 
-#include <omp.h>
-
-#include <cmath>
-#include <vector>
-
-#include "moe/ops/attend_query.h"
+#include "moe/core/check.h"
 
 namespace moe {
 
-void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const float* k_layer,
-                            const float* v_layer, int block_size, const AttentionShape& s) {
-  const int hd = s.head_dim;
-  const int64_t row = static_cast<int64_t>(s.num_heads) * hd;
-  const int group = s.num_heads / s.num_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t head_stride = static_cast<int64_t>(block_size) * hd;            // one KV head of a block
-  const int64_t block_stride = static_cast<int64_t>(s.num_kv_heads) * head_stride;  // one block
-  // Work items: (sequence, query row); each covers all heads.
-  struct Item {
-    uint32_t seq;
-    int64_t t;
-  };
-  std::vector<Item> items;
-  int64_t work = 0;
-  for (size_t i = 0; i < num_seqs; ++i) {
-    for (int64_t t = 0; t < seqs[i].m; ++t) {
-      items.push_back({static_cast<uint32_t>(i), t});
-      work += seqs[i].start_pos + t + 1;
-    }
+void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const KvView& pools, int num_heads) {
+  const TensorView& k = pools.k;
+  const TensorView& v = pools.v;
+  MOE_CHECK(k.dtype() == DType::kF32 && v.dtype() == DType::kF32);
+  MOE_CHECK(k.ndim() == 4 && v.ndim() == 4 && k.is_contiguous() && v.is_contiguous());
+  for (int d = 0; d < 4; ++d) MOE_CHECK(k.dim(d) == v.dim(d));
+  MOE_CHECK(k.dim(1) > 0 && num_heads % k.dim(1) == 0 && k.device() == v.device());
+  const AttentionShape shape{num_heads, static_cast<int>(k.dim(1)), static_cast<int>(k.dim(3)), 0};
+  switch (k.device()) {
+    case Device::kCpu:
+      cpu::paged_causal_attention(
+          seqs, num_seqs, cpu::PagedPools{k.data_as<const float>(), v.data_as<const float>(), static_cast<int>(k.dim(2))},
+          shape);
+      return;
   }
-  const int64_t n_items = static_cast<int64_t>(items.size());
-  const bool parallel = n_items > 1 && work * s.num_heads >= 4096;
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> scores;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t it = 0; it < n_items; ++it) {
-      const PagedAttentionSeq& sq = seqs[items[static_cast<size_t>(it)].seq];
-      const int64_t t = items[static_cast<size_t>(it)].t;
-      const int64_t ctx = sq.start_pos + t + 1;
-      scores.resize(static_cast<size_t>(ctx));
-      const int32_t* table = sq.block_table;
-      for (int h = 0; h < s.num_heads; ++h) {
-        const int64_t kvh = h / group;
-        auto locate = [&](const float* pool) {
-          return [pool, table, block_size, block_stride, head_stride, kvh, hd](int64_t p) {
-            return pool + table[p / block_size] * block_stride + kvh * head_stride + (p % block_size) * hd;
-          };
-        };
-        detail::attend_query(sq.q + t * row + h * hd, ctx, locate(k_layer), locate(v_layer), hd, scale,
-                             scores.data(), sq.out + t * row + h * hd);
-      }
-    }
-  }
+  MOE_CHECK(false && "paged_causal_attention: no kernel for this device");
 }
 
 }  // namespace moe

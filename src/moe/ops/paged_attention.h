@@ -5,24 +5,18 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 
 #include "moe/ops/attention.h"
+#include "moe/ops/attention_cpu.h"
 
 namespace moe {
 
-struct PagedAttentionSeq {
-  const float* q;              // [m, num_heads * head_dim], rotated; row t at position start_pos + t
-  float* out;                  // [m, num_heads * head_dim]
-  int64_t m = 0;
-  int64_t start_pos = 0;       // positions [0, start_pos + m) already written to the cache
-  const int32_t* block_table;  // blocks covering positions [0, start_pos + m)
-};
-
-// k_layer / v_layer: one layer's pools (PagedKVCache::k_layer/v_layer). shape.capacity
-// is unused. Work is split over OpenMP threads by (query, head); results do not depend
-// on the thread count.
-void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const float* k_layer,
-                            const float* v_layer, int block_size, const AttentionShape& shape);
+//   seqs:  [num_seqs] sequences (PagedAttentionSeq: q / out rows [m, num_heads * head_dim]
+//          f32, positions, block table); q and out must not overlap.
+//   pools: one layer's block pools (PagedKVCache::layer), k and v
+//          [num_blocks, num_kv_heads, block_size, head_dim] f32, contiguous.
+// Block ids are not checked here (PagedKVCache::write checks them). Work is split over
+// OpenMP threads by (query, head); results do not depend on the thread count.
+void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const KvView& pools, int num_heads);
 
 }  // namespace moe

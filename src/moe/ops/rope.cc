@@ -25,6 +25,17 @@ RopeTable::RopeTable(int head_dim, double theta, int64_t max_positions)
   }
 }
 
+void RopeTable::apply(const TensorView& x, int64_t start_pos) const {
+  MOE_CHECK(x.dtype() == DType::kF32 && x.ndim() == 3 && x.is_contiguous() && x.dim(2) == head_dim_);
+  MOE_CHECK(start_pos >= 0);
+  switch (x.device()) {
+    case Device::kCpu:
+      apply(x.data_as<float>(), x.dim(0), x.dim(1) * x.dim(2), static_cast<int>(x.dim(1)), start_pos);
+      return;
+  }
+  MOE_CHECK(false && "rope: no kernel for this device");
+}
+
 void RopeTable::apply(float* x, int64_t m, int64_t row_stride, int num_heads, int64_t start_pos) const {
   MOE_CHECK(start_pos + m <= max_positions_);
   const int half = head_dim_ / 2;

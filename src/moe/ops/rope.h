@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "moe/tensor/tensor.h"
+
 namespace moe {
 
 class RopeTable {
@@ -13,7 +15,13 @@ class RopeTable {
   // exactly as transformers does (1 / theta^(arange(0, d, 2) / d)).
   RopeTable(int head_dim, double theta, int64_t max_positions);
 
-  // Rotates, in place, `num_heads` heads of `head_dim` floats for each of m tokens:
+  // Rotates x in place: [m, num_heads, head_dim] f32, contiguous, token t at position
+  // start_pos + t. Checks the view (MOE_CHECK; head_dim must match the table and
+  // start_pos + m <= max_positions), then runs the CPU kernel below.
+  void apply(const TensorView& x, int64_t start_pos) const;
+
+  // The CPU kernel, on raw pointers (rows may be strided):
+  // rotates, in place, `num_heads` heads of `head_dim` floats for each of m tokens:
   //   x: [m, num_heads * head_dim] with row stride `row_stride` floats; token t at position
   //   start_pos + t. Requires start_pos + m <= max_positions.
   void apply(float* x, int64_t m, int64_t row_stride, int num_heads, int64_t start_pos) const;

@@ -1,32 +1,62 @@
 #include "moe/transformer/decoder.h"
 
 #include <algorithm>
+#include <string>
 
-#include "moe/ops/attention.h"
+#include "moe/core/check.h"
 #include "moe/ops/linear.h"
 #include "moe/ops/norm.h"
-#include "moe/ops/paged_attention.h"
+#include "moe/transformer/gqa_attention.h"
 
 namespace moe {
 namespace {
 
-// y[t, :] += bias for t < m.
-void add_bias(float* y, int64_t m, const std::vector<float>& bias) {
-  const size_t n = bias.size();
-  for (int64_t t = 0; t < m; ++t) {
-    float* row = y + static_cast<size_t>(t) * n;
-    for (size_t i = 0; i < n; ++i) row[i] += bias[i];
-  }
+TensorView vec_view(const std::vector<float>& v) {
+  return TensorView::f32(v.data(), {static_cast<int64_t>(v.size())});
+}
+
+// x[i] += y[i] over the first n elements.
+void add_into(const TensorView& x, const TensorView& y, int64_t n) {
+  float* xp = x.data_as<float>();
+  const float* yp = y.data_as<const float>();
+  for (int64_t i = 0; i < n; ++i) xp[i] += yp[i];
 }
 
 }  // namespace
 
-Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const std::vector<EpContext>* ep)
+Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const DecoderOptions& options)
     : config_(config),
       weights_(weights),
-      rope_(config.head_dim, config.rope_theta, config.max_position_embeddings),
-      ep_(ep),
-      ep_ws_(ep ? make_ep_workspace() : nullptr) {}
+      ep_(options.ep),
+      kernel_(options.kernel),
+      attention_(std::make_unique<GqaAttention>(config, weights, options.kernel)),
+      moe_block_(std::make_unique<MoeBlock>(config, weights, options.ep, options.kernel)),
+      dense_block_(std::make_unique<DenseMlpBlock>(weights, options.kernel)) {
+  for (int l = 0; l < config.num_hidden_layers; ++l) {
+    ffn_.push_back(config.is_moe_layer(l) ? static_cast<FeedForwardBlock*>(moe_block_.get()) : dense_block_.get());
+  }
+  reserve(kMaxChunk, 1);
+}
+
+Decoder::~Decoder() = default;
+
+void Decoder::reserve(int64_t max_tokens, int64_t max_segments) {
+  const int64_t hidden = config_.hidden_size, vocab = config_.vocab_size;
+  if (max_tokens > max_tokens_) {
+    x_ = Tensor::empty(DType::kF32, {max_tokens, hidden});
+    h_ = Tensor::empty(DType::kF32, {max_tokens, hidden});
+    block_out_ = Tensor::empty(DType::kF32, {max_tokens, hidden});
+    batch_tokens_.reserve(static_cast<size_t>(max_tokens));
+    max_tokens_ = max_tokens;
+  }
+  if (max_segments > max_segments_) {
+    last_ = Tensor::empty(DType::kF32, {max_segments, hidden});
+    batch_logits_ = Tensor::empty(DType::kF32, {max_segments, vocab});
+    segments_.reserve(static_cast<size_t>(max_segments));
+    max_segments_ = max_segments;
+  }
+  attention_->reserve(max_tokens_, max_segments_);
+}
 
 Status Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
   for (int64_t done = 0; done < m; done += kMaxChunk) {
@@ -38,141 +68,96 @@ Status Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache
 }
 
 Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+  MOE_CHECK(m >= 0 && m <= kMaxChunk);
   if (m == 0) {
     // A rank without tokens this step still joins every layer's exchanges.
     if (ep_ != nullptr) {
       for (int l = 0; l < config_.num_hidden_layers; ++l) {
         if (!config_.is_moe_layer(l)) continue;
-        MOE_RETURN_IF_ERROR(ep_moe_forward(config_, weights_.layers[static_cast<size_t>(l)], nullptr, 0,
-                                           (*ep_)[static_cast<size_t>(l)],
-                                           ep_ws_.get(), nullptr, &ep_timings_));
-        if (routing_hook_) routing_hook_(l, ep_last_routing_counts(*ep_ws_));
+        MOE_RETURN_IF_ERROR(moe_block_->forward(l, TensorView(), TensorView()));
       }
     }
     return ok_status();
   }
-  MOE_RETURN_IF_ERROR(forward_rows(tokens, m, {Rows{0, m, start_pos, nullptr}}, cache, nullptr));
+  const RowSegment seg{0, m, start_pos, nullptr};
+  MOE_RETURN_IF_ERROR(forward_rows(tokens, AttentionBatch{&seg, 1, cache, nullptr}, m));
   if (logits != nullptr) {
-    const int64_t hidden = config_.hidden_size;
-    rms_norm(x_.data() + (m - 1) * hidden, weights_.final_norm.data(), 1, hidden,
-             static_cast<float>(config_.rms_norm_eps), h_.data());
-    linear(h_.data(), 1, weights_.lm_head, logits);
+    const TensorView h = h_.view().rows(0, 1);  // [1, hidden]
+    rms_norm(x_.view().rows(m - 1, 1), vec_view(weights_.final_norm), static_cast<float>(config_.rms_norm_eps), h);
+    linear(h, weights_.lm_head, TensorView::f32(logits, {1, config_.vocab_size}), kernel_);
   }
   return ok_status();
 }
 
 Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache) {
-  rows_.clear();
-  batch_tokens_.clear();
-  int64_t m = 0, num_logits = 0;
+  int64_t m = 0, num_segments = 0, num_logits = 0;
   for (const BatchSegment& s : segments) {
     if (s.n <= 0) continue;
-    rows_.push_back(Rows{m, s.n, s.start_pos, s.block_table});
-    batch_tokens_.insert(batch_tokens_.end(), s.tokens, s.tokens + s.n);
     m += s.n;
+    ++num_segments;
     num_logits += s.logits != nullptr;
+  }
+  if (m > max_tokens_ || num_segments > max_segments_) {
+    return invalid_argument("forward_batch: " + std::to_string(m) + " tokens in " + std::to_string(num_segments) +
+                            " segments exceed the decoder's reserve of " + std::to_string(max_tokens_) + " tokens in " +
+                            std::to_string(max_segments_) + " segments (Decoder::reserve)");
+  }
+  segments_.clear();
+  batch_tokens_.clear();
+  int64_t row0 = 0;
+  for (const BatchSegment& s : segments) {
+    if (s.n <= 0) continue;
+    segments_.push_back(RowSegment{row0, s.n, s.start_pos, s.block_table});
+    batch_tokens_.insert(batch_tokens_.end(), s.tokens, s.tokens + s.n);
+    row0 += s.n;
   }
   if (chunk_hook_) MOE_RETURN_IF_ERROR(chunk_hook_(m));
   if (m == 0) return forward_chunk(nullptr, 0, 0, nullptr, nullptr);
-  MOE_RETURN_IF_ERROR(forward_rows(batch_tokens_.data(), m, rows_, nullptr, cache));
+  MOE_RETURN_IF_ERROR(
+      forward_rows(batch_tokens_.data(), AttentionBatch{segments_.data(), segments_.size(), nullptr, cache}, m));
   // The final norm + lm_head over the segments' last rows, as one [S, hidden] call.
-  const int64_t hidden = config_.hidden_size, vocab = config_.vocab_size;
+  const int64_t vocab = config_.vocab_size;
   if (num_logits == 0) return ok_status();
-  if (last_.size() < static_cast<size_t>(num_logits * hidden)) last_.resize(static_cast<size_t>(num_logits * hidden));
-  if (batch_logits_.size() < static_cast<size_t>(num_logits * vocab)) {
-    batch_logits_.resize(static_cast<size_t>(num_logits * vocab));
-  }
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   int64_t i = 0, row = 0;
   for (const BatchSegment& s : segments) {
     if (s.n <= 0) continue;
     row += s.n;
     if (s.logits == nullptr) continue;
-    rms_norm(x_.data() + (row - 1) * hidden, weights_.final_norm.data(), 1, hidden,
-             static_cast<float>(config_.rms_norm_eps), last_.data() + i * hidden);
+    rms_norm(x_.view().rows(row - 1, 1), vec_view(weights_.final_norm), eps, last_.view().rows(i, 1));
     ++i;
   }
-  linear(last_.data(), num_logits, weights_.lm_head, batch_logits_.data());
+  const TensorView logits = batch_logits_.view().rows(0, num_logits);  // [num_logits, vocab]
+  linear(last_.view().rows(0, num_logits), weights_.lm_head, logits, kernel_);
   i = 0;
   for (const BatchSegment& s : segments) {
     if (s.n <= 0 || s.logits == nullptr) continue;
-    std::copy_n(batch_logits_.data() + i * vocab, vocab, s.logits);
+    std::copy_n(logits.row<const float>(i), vocab, s.logits);
     ++i;
   }
   return ok_status();
 }
 
-Status Decoder::forward_rows(const int* tokens, int64_t m, const std::vector<Rows>& segs, KVCache* cache,
-                             PagedKVCache* paged) {
+Status Decoder::forward_rows(const int* tokens, const AttentionBatch& batch, int64_t m) {
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size;
-  const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  auto ensure = [](std::vector<float>& v, int64_t n) {
-    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-    return v.data();
-  };
-  float* x = ensure(x_, m * hidden);      // [m, hidden] residual stream
-  float* h = ensure(h_, m * hidden);      // [m, hidden] normed
-  float* q = ensure(q_, m * q_dim);       // [m, q_dim]
-  float* k = ensure(k_, m * kv_dim);      // [m, kv_dim]
-  float* v = ensure(v_, m * kv_dim);      // [m, kv_dim]
-  float* attn = ensure(attn_, m * q_dim); // [m, q_dim]
-  float* mo = ensure(moe_out_, m * hidden);
-
+  MOE_CHECK(m <= max_tokens_);
+  const TensorView x = x_.view().rows(0, m);          // [m, hidden] residual stream
+  const TensorView h = h_.view().rows(0, m);          // [m, hidden] normed
+  const TensorView out = block_out_.view().rows(0, m);  // [m, hidden] a block's output
   for (int64_t t = 0; t < m; ++t) {
-    convert_to_f32(weights_.embed_tokens.row(tokens[t]), weights_.embed_tokens.dtype, x + t * hidden,
+    convert_to_f32(weights_.embed_tokens.row(tokens[t]), weights_.embed_tokens.dtype, x.row<float>(t),
                    static_cast<size_t>(hidden));
-  }
-  AttentionShape shape{c.num_attention_heads, c.num_key_value_heads, c.head_dim, cache ? cache->capacity() : 0};
-  paged_seqs_.clear();
-  for (const Rows& r : segs) {
-    paged_seqs_.push_back(PagedAttentionSeq{q + r.row0 * q_dim, attn + r.row0 * q_dim, r.n, r.start_pos, r.block_table});
   }
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-    rms_norm(x, L.input_norm.data(), m, hidden, eps, h);
-    const LinearJob qkv[3] = {{h, m, &L.q_proj, q}, {h, m, &L.k_proj, k}, {h, m, &L.v_proj, v}};
-    linear_many(qkv, 3);
-    if (!L.q_bias.empty()) {
-      add_bias(q, m, L.q_bias);
-      add_bias(k, m, L.k_bias);
-      add_bias(v, m, L.v_bias);
-    }
-    if (!L.q_norm.empty()) {  // per head: [m * heads, head_dim] rows
-      rms_norm(q, L.q_norm.data(), m * c.num_attention_heads, c.head_dim, eps, q);
-      rms_norm(k, L.k_norm.data(), m * c.num_key_value_heads, c.head_dim, eps, k);
-    }
-    for (const Rows& r : segs) {
-      rope_.apply(q + r.row0 * q_dim, r.n, q_dim, c.num_attention_heads, r.start_pos);
-      rope_.apply(k + r.row0 * kv_dim, r.n, kv_dim, c.num_key_value_heads, r.start_pos);
-    }
-    if (paged != nullptr) {
-      for (const Rows& r : segs) {
-        paged->write(l, r.block_table, r.start_pos, r.n, k + r.row0 * kv_dim, v + r.row0 * kv_dim);
-      }
-      paged_causal_attention(paged_seqs_.data(), paged_seqs_.size(), paged->k_layer(l), paged->v_layer(l),
-                             paged->block_size(), shape);
-    } else {
-      const int64_t start_pos = segs.front().start_pos;
-      cache->write(l, start_pos, m, k, v);
-      causal_attention(q, m, start_pos, cache->k(l), cache->v(l), shape, attn);
-    }
-    linear(attn, m, L.o_proj, h);
-    for (int64_t i = 0; i < m * hidden; ++i) x[i] += h[i];
-
-    rms_norm(x, L.post_attention_norm.data(), m, hidden, eps, h);
-    if (!c.is_moe_layer(l)) {
-      swiglu_mlp(L.dense_mlp, h, m, &mlp_ws_, mo);
-    } else if (ep_ != nullptr) {
-      MOE_RETURN_IF_ERROR(ep_moe_forward(c, L, h, m, (*ep_)[static_cast<size_t>(l)], ep_ws_.get(), mo, &ep_timings_));
-      if (routing_hook_) routing_hook_(l, ep_last_routing_counts(*ep_ws_));
-    } else {
-      moe_forward(c, L, h, m, &moe_ws_, mo, capacity_);
-      if (routing_hook_) routing_hook_(l, moe_ws_.counts);
-    }
-    if (c.is_moe_layer(l)) add_shared_expert(L, h, m, &mlp_ws_, mo);
-    for (int64_t i = 0; i < m * hidden; ++i) x[i] += mo[i];
+    rms_norm(x, vec_view(L.input_norm), eps, h);
+    attention_->forward(l, h, batch, out);
+    add_into(x, out, m * hidden);
+    rms_norm(x, vec_view(L.post_attention_norm), eps, h);
+    MOE_RETURN_IF_ERROR(ffn_[static_cast<size_t>(l)]->forward(l, h, out));
+    add_into(x, out, m * hidden);
   }
   return ok_status();
 }

@@ -1,33 +1,50 @@
 // The decoder forward pass (Mixtral, Qwen2-MoE, Qwen3-MoE): embedding -> L x [RMSNorm
-// -> GQA attention with RoPE (q/k/v bias: Qwen2-MoE; per-head q/k RMSNorm before RoPE:
-// Qwen3-MoE) -> residual -> RMSNorm -> MLP block -> residual] -> RMSNorm -> lm_head.
-// The MLP block is the sparse MoE (+ shared expert) on MoE layers and a dense SwiGLU
-// MLP elsewhere. References: transformers/models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py.
+// -> attention block -> residual -> RMSNorm -> feed-forward block -> residual] ->
+// RMSNorm -> lm_head. The attention block is GQA with RoPE (gqa_attention.h); the
+// feed-forward block is the sparse MoE (+ shared expert) on MoE layers and a dense
+// SwiGLU MLP elsewhere (mlp_blocks.h). References:
+// transformers/models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
-#include "moe/transformer/kv_cache.h"
-#include "moe/transformer/paged_kv_cache.h"
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
 #include "moe/moe/ep_moe_layer.h"
-#include "moe/moe/moe_layer.h"
-#include "moe/moe/swiglu_mlp.h"
-#include "moe/ops/paged_attention.h"
-#include "moe/ops/rope.h"
+#include "moe/ops/kernel_options.h"
+#include "moe/tensor/tensor.h"
+#include "moe/transformer/attention_block.h"
+#include "moe/transformer/feed_forward_block.h"
+#include "moe/transformer/kv_cache.h"
+#include "moe/transformer/mlp_blocks.h"
+#include "moe/transformer/paged_kv_cache.h"
 
 namespace moe {
 
+struct DecoderOptions {
+  // With `ep` (not owned; one context per layer, entries of dense layers unused), MoE
+  // layers run expert-parallel over their context's comm and placement. The contexts
+  // may be changed between calls (live rebalancing), never during one.
+  const std::vector<EpContext>* ep = nullptr;
+  // How every kernel of the forward runs (EngineOptions::batch_invariant).
+  KernelOptions kernel;
+};
+
 class Decoder {
  public:
-  // `config` and `weights` must outlive the decoder. With `ep` (not owned; one context
-  // per layer, entries of dense layers unused), MoE layers run expert-parallel over
-  // their context's comm and placement. The contexts may be changed between calls
-  // (live rebalancing), never during one.
-  Decoder(const ModelConfig& config, const ModelWeights& weights, const std::vector<EpContext>* ep = nullptr);
+  // `config` and `weights` must outlive the decoder. Workspaces are sized here for
+  // forward() (chunks of kMaxChunk tokens, one sequence); forward_batch() needs
+  // reserve() for its limits first.
+  Decoder(const ModelConfig& config, const ModelWeights& weights, const DecoderOptions& options = {});
+  ~Decoder();
+
+  // Sizes the workspaces for forward_batch() calls of up to max_tokens tokens in up to
+  // max_segments segments (allocates; call once at set-up, e.g. the scheduler's
+  // max_num_batched_tokens and max_num_seqs). Only grows.
+  void reserve(int64_t max_tokens, int64_t max_segments);
 
   // Runs m tokens at positions [start_pos, start_pos + m), appending their K/V to
   // `cache`, and writes the logits of the LAST token to logits [vocab].
@@ -45,7 +62,8 @@ class Decoder {
   // sequence; its block table must cover [0, start_pos + n). Logits of a segment's last
   // token go to its `logits` [vocab] unless that is null. Calls the chunk hook once
   // with the total token count (under EP: one exchange per MoE layer). Errors:
-  // communication.
+  // communication; InvalidArgument (nothing run) when the tokens or segments exceed
+  // reserve().
   struct BatchSegment {
     const int* tokens = nullptr;
     int64_t n = 0;
@@ -59,40 +77,35 @@ class Decoder {
   void set_chunk_hook(std::function<Status(int64_t m)> hook) { chunk_hook_ = std::move(hook); }
   // After each MoE layer of each chunk: the layer index and its global routing counts
   // (for load statistics); called on every rank, including ranks with m == 0.
-  using RoutingHook = std::function<void(int layer, const StepRoutingCounts& counts)>;
-  void set_routing_hook(RoutingHook hook) { routing_hook_ = std::move(hook); }
+  using RoutingHook = MoeBlock::RoutingHook;
+  void set_routing_hook(RoutingHook hook) { moe_block_->set_routing_hook(std::move(hook)); }
   // Capacity policy of the single-process MoE layer (under EP: ep->options.capacity).
-  void set_capacity(const CapacityOptions& capacity) { capacity_ = capacity; }
-  const EpTimings& ep_timings() const { return ep_timings_; }
+  void set_capacity(const CapacityOptions& capacity) { moe_block_->set_capacity(capacity); }
+  const EpTimings& ep_timings() const { return moe_block_->ep_timings(); }
 
   static constexpr int64_t kMaxChunk = 512;
 
  private:
-  // The layers over m token rows made of segments (rows [row0, row0 + n) of a
-  // segment), with either the contiguous cache (one segment) or the paged one.
-  struct Rows {
-    int64_t row0, n, start_pos;
-    const int32_t* block_table;
-  };
-  Status forward_rows(const int* tokens, int64_t m, const std::vector<Rows>& segs, KVCache* cache,
-                      PagedKVCache* paged);
-  std::vector<Rows> rows_;
-  std::vector<float> last_;           // [segments, hidden] rows for the lm_head
-  std::vector<float> batch_logits_;   // [segments, vocab]
-  std::vector<int> batch_tokens_;
-  std::vector<PagedAttentionSeq> paged_seqs_;
+  // The layers over m token rows made of segments, with either the contiguous cache
+  // (one segment) or the paged one.
+  Status forward_rows(const int* tokens, const AttentionBatch& batch, int64_t m);
+
   const ModelConfig& config_;
   const ModelWeights& weights_;
-  RopeTable rope_;
-  // Workspaces, grown on demand: [m, hidden] / [m, q_dim] / [m, kv_dim].
-  std::vector<float> x_, h_, q_, k_, v_, attn_, moe_out_;
-  MoeWorkspace moe_ws_;
-  MlpWorkspace mlp_ws_;
-  CapacityOptions capacity_;
-  RoutingHook routing_hook_;
-  const std::vector<EpContext>* ep_ = nullptr;
-  EpWorkspacePtr ep_ws_;
-  EpTimings ep_timings_;
+  const std::vector<EpContext>* ep_;
+  KernelOptions kernel_;
+  std::unique_ptr<AttentionBlock> attention_;
+  std::unique_ptr<MoeBlock> moe_block_;
+  std::unique_ptr<DenseMlpBlock> dense_block_;
+  std::vector<FeedForwardBlock*> ffn_;  // [num_layers]: moe_block_ or dense_block_
+
+  // Workspaces, sized by the constructor and reserve():
+  int64_t max_tokens_ = 0, max_segments_ = 0;
+  Tensor x_, h_, block_out_;  // [max_tokens, hidden]: residual stream, normed, a block's output
+  Tensor last_;              // [max_segments, hidden] rows for the lm_head
+  Tensor batch_logits_;      // [max_segments, vocab]
+  std::vector<int> batch_tokens_;     // capacity max_tokens
+  std::vector<RowSegment> segments_;  // capacity max_segments
   std::function<Status(int64_t)> chunk_hook_;
 };
 

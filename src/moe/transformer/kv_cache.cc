@@ -14,8 +14,20 @@ KVCache::KVCache(int num_layers, int num_kv_heads, int head_dim, int64_t capacit
       k_(layer_stride_ * static_cast<size_t>(num_layers)),
       v_(layer_stride_ * static_cast<size_t>(num_layers)) {}
 
-void KVCache::write(int layer, int64_t start_pos, int64_t m, const float* keys, const float* values) {
-  MOE_CHECK(start_pos + m <= capacity_);
+KvView KVCache::layer(int layer) {
+  return {TensorView(k(layer), DType::kF32, {num_kv_heads_, capacity_, head_dim_}),
+          TensorView(v(layer), DType::kF32, {num_kv_heads_, capacity_, head_dim_})};
+}
+
+void KVCache::write(int layer, int64_t start_pos, const TensorView& key_rows, const TensorView& value_rows) {
+  const int64_t m = key_rows.dim(0);
+  MOE_CHECK(key_rows.dtype() == DType::kF32 && value_rows.dtype() == DType::kF32);
+  MOE_CHECK(key_rows.ndim() == 2 && value_rows.ndim() == 2 && value_rows.dim(0) == m);
+  MOE_CHECK(key_rows.dim(1) == static_cast<int64_t>(num_kv_heads_) * head_dim_ && value_rows.dim(1) == key_rows.dim(1));
+  MOE_CHECK(key_rows.is_contiguous() && value_rows.is_contiguous());
+  MOE_CHECK(start_pos >= 0 && start_pos + m <= capacity_);
+  const float* keys = key_rows.data_as<const float>();
+  const float* values = value_rows.data_as<const float>();
   float* kl = k(layer);
   float* vl = v(layer);
   const int64_t row = static_cast<int64_t>(num_kv_heads_) * head_dim_;

@@ -16,8 +16,21 @@ PagedKVCache::PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int b
       k_(layer_stride_ * static_cast<size_t>(num_layers)),
       v_(layer_stride_ * static_cast<size_t>(num_layers)) {}
 
-void PagedKVCache::write(int layer, const int32_t* block_table, int64_t start_pos, int64_t m, const float* keys,
-                         const float* values) {
+KvView PagedKVCache::layer(int layer) const {
+  const std::initializer_list<int64_t> shape = {num_blocks_, num_kv_heads_, block_size_, head_dim_};
+  return {TensorView(const_cast<float*>(k_layer(layer)), DType::kF32, shape),
+          TensorView(const_cast<float*>(v_layer(layer)), DType::kF32, shape)};
+}
+
+void PagedKVCache::write(int layer, const int32_t* block_table, int64_t start_pos, const TensorView& key_rows,
+                         const TensorView& value_rows) {
+  const int64_t m = key_rows.dim(0);
+  MOE_CHECK(key_rows.dtype() == DType::kF32 && value_rows.dtype() == DType::kF32);
+  MOE_CHECK(key_rows.ndim() == 2 && value_rows.ndim() == 2 && value_rows.dim(0) == m);
+  MOE_CHECK(key_rows.dim(1) == static_cast<int64_t>(num_kv_heads_) * head_dim_ && value_rows.dim(1) == key_rows.dim(1));
+  MOE_CHECK(key_rows.is_contiguous() && value_rows.is_contiguous());
+  const float* keys = key_rows.data_as<const float>();
+  const float* values = value_rows.data_as<const float>();
   float* kl = k_.data() + static_cast<size_t>(layer) * layer_stride_;
   float* vl = v_.data() + static_cast<size_t>(layer) * layer_stride_;
   const int64_t row = static_cast<int64_t>(num_kv_heads_) * head_dim_;

@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "moe/ops/attention.h"
+#include "moe/tensor/tensor.h"
+
 namespace moe {
 
 class PagedKVCache {
@@ -24,12 +27,15 @@ class PagedKVCache {
   // ((b * num_kv_heads + h) * block_size + o) * head_dim.
   const float* k_layer(int layer) const { return k_.data() + static_cast<size_t>(layer) * layer_stride_; }
   const float* v_layer(int layer) const { return v_.data() + static_cast<size_t>(layer) * layer_stride_; }
+  // The same pools as [num_blocks, num_kv_heads, block_size, head_dim] f32 views
+  // (for paged_causal_attention).
+  KvView layer(int layer) const;
 
-  // Writes m tokens' keys/values, [m, num_kv_heads * head_dim] each, at positions
-  // [start_pos, start_pos + m) of the sequence whose blocks are `block_table` (which
-  // must cover those positions).
-  void write(int layer, const int32_t* block_table, int64_t start_pos, int64_t m, const float* keys,
-             const float* values);
+  // Writes m tokens' keys/values, keys and values [m, num_kv_heads * head_dim] f32
+  // contiguous, at positions [start_pos, start_pos + m) of the sequence whose blocks are
+  // `block_table` (which must cover those positions; block ids are checked, MOE_CHECK).
+  void write(int layer, const int32_t* block_table, int64_t start_pos, const TensorView& keys,
+             const TensorView& values);
 
  private:
   int num_kv_heads_, head_dim_, block_size_;

@@ -1,0 +1,18 @@
+// How kernels compute, passed to every op that has more than one way (linear,
+// causal_attention); the decoder owns one (from EngineOptions::batch_invariant) and
+// hands it down. A plain value: no process-wide state.
+#pragma once
+
+namespace moe {
+
+struct KernelOptions {
+  // Batch-invariant mode (He et al. 2025, "Defeating Nondeterminism in LLM Inference"):
+  // each token row's result is bitwise independent of how many rows share the call, so
+  // a request's tokens do not depend on what else is in its batch. linear() then runs
+  // the GEMV kernel (tokens in groups of at most 4, one fixed accumulation order per
+  // row) for any token count instead of sgemm, and causal_attention() takes one query
+  // at a time. Off by default (sgemm prefill is faster).
+  bool batch_invariant = false;
+};
+
+}  // namespace moe

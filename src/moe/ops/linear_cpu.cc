@@ -1,0 +1,276 @@
+#include "moe/ops/linear_cpu.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "moe/core/check.h"
+#include "moe/ops/blas_threads.h"
+
+namespace moe {
+namespace {
+
+// 8 weights of dtype D at p -> 8 floats.
+template <DType D>
+inline __m256 load8(const uint8_t* p);
+
+template <>
+inline __m256 load8<DType::kF32>(const uint8_t* p) {
+  return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+}
+template <>
+inline __m256 load8<DType::kBF16>(const uint8_t* p) {
+  __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+template <>
+inline __m256 load8<DType::kF16>(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <DType D>
+inline float load1(const uint8_t* p) {
+  if constexpr (D == DType::kF32) {
+    return *reinterpret_cast<const float*>(p);
+  } else if constexpr (D == DType::kBF16) {
+    return bf16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+  } else {
+    return f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+  }
+}
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo);
+  __m128 s = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, s);
+  s = _mm_add_ss(s, sh);
+  return _mm_cvtss_f32(s);
+}
+
+// y[t, r] for rows [r0, r1) and M tokens: each weight row is read once. R rows are
+// processed together with U accumulators each, so R*M*U independent FMA chains hide
+// the FMA latency (decode GEMV is otherwise latency-bound on small k).
+template <DType D, int M, int R, int U>
+void gemv_rows(const float* x, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
+  const int64_t k = w.cols;
+  const size_t es = dtype_size(D);
+  constexpr int kStep = 8 * U;
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    const uint8_t* rows[R];
+    for (int i = 0; i < R; ++i) rows[i] = w.row(r + i);
+    __m256 acc[R][M][U];
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < M; ++t)
+        for (int u = 0; u < U; ++u) acc[i][t][u] = _mm256_setzero_ps();
+    // Software prefetch of the next block of rows, one cache line per row per step
+    // (kStep * es <= 64 bytes): decode streams weights from DRAM and the hardware
+    // prefetcher alone leaves bandwidth unused (docs/performance.md).
+    const uint8_t* next = (r + 2 * R <= r1) ? w.row(r + R) : nullptr;
+    const size_t row_bytes = static_cast<size_t>(k) * es;
+    int64_t j = 0;
+    for (; j + kStep <= k; j += kStep) {
+      if (next != nullptr && ((j * static_cast<int64_t>(es)) & 63) == 0) {
+        for (int i = 0; i < R; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(next + i * row_bytes + j * es), _MM_HINT_T0);
+        }
+      }
+      for (int u = 0; u < U; ++u) {
+        __m256 xv[M];
+        for (int t = 0; t < M; ++t) xv[t] = _mm256_loadu_ps(x + t * k + j + 8 * u);
+        for (int i = 0; i < R; ++i) {
+          const __m256 wv = load8<D>(rows[i] + (j + 8 * u) * es);
+          for (int t = 0; t < M; ++t) acc[i][t][u] = _mm256_fmadd_ps(wv, xv[t], acc[i][t][u]);
+        }
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      for (int t = 0; t < M; ++t) {
+        __m256 a = acc[i][t][0];
+        for (int u = 1; u < U; ++u) a = _mm256_add_ps(a, acc[i][t][u]);
+        float s = hsum(a);
+        for (int64_t jj = j; jj < k; ++jj) s += load1<D>(rows[i] + jj * es) * x[t * k + jj];
+        y[t * w.rows + r + i] = s;
+      }
+    }
+  }
+  if (r < r1) {
+    if constexpr (R > 1) {
+      gemv_rows<D, M, 1, U>(x, w, y, r, r1);
+    }
+  }
+}
+
+template <DType D>
+void gemv_dispatch_m(const float* x, int64_t m, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
+  switch (m) {
+    case 1: gemv_rows<D, 1, 4, 2>(x, w, y, r0, r1); break;
+    case 2: gemv_rows<D, 2, 4, 1>(x, w, y, r0, r1); break;
+    case 3: gemv_rows<D, 3, 2, 1>(x, w, y, r0, r1); break;
+    case 4: gemv_rows<D, 4, 2, 1>(x, w, y, r0, r1); break;
+    default: MOE_CHECK(false && "gemv supports m <= 4");
+  }
+}
+
+void gemv_range(const float* x, int64_t m, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
+  switch (w.dtype) {
+    case DType::kF32: gemv_dispatch_m<DType::kF32>(x, m, w, y, r0, r1); break;
+    case DType::kBF16: gemv_dispatch_m<DType::kBF16>(x, m, w, y, r0, r1); break;
+    case DType::kF16: gemv_dispatch_m<DType::kF16>(x, m, w, y, r0, r1); break;
+  }
+}
+
+// Batch-invariant GEMV (KernelOptions::batch_invariant): any m, in groups of at most 4 tokens, always two
+// accumulators per row (U = 2, as the m = 1 decode kernel), so a token's result does not
+// depend on m or on its group. R only changes how many weight rows share a pass.
+template <DType D>
+void gemv_invariant(const float* x, int64_t m, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
+  const int64_t k = w.cols, n = w.rows;
+  for (int64_t t0 = 0; t0 < m; t0 += 4) {
+    const float* xt = x + t0 * k;
+    float* yt = y + t0 * n;
+    switch (std::min<int64_t>(4, m - t0)) {
+      case 1: gemv_rows<D, 1, 4, 2>(xt, w, yt, r0, r1); break;
+      case 2: gemv_rows<D, 2, 2, 2>(xt, w, yt, r0, r1); break;
+      case 3: gemv_rows<D, 3, 1, 2>(xt, w, yt, r0, r1); break;
+      default: gemv_rows<D, 4, 1, 2>(xt, w, yt, r0, r1); break;
+    }
+  }
+}
+
+void gemv_invariant_range(const float* x, int64_t m, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
+  switch (w.dtype) {
+    case DType::kF32: gemv_invariant<DType::kF32>(x, m, w, y, r0, r1); break;
+    case DType::kBF16: gemv_invariant<DType::kBF16>(x, m, w, y, r0, r1); break;
+    case DType::kF16: gemv_invariant<DType::kF16>(x, m, w, y, r0, r1); break;
+  }
+}
+
+// Below this many weight bytes (summed over a call's jobs) the work is done by one
+// thread: the fork/join costs more than it saves.
+constexpr size_t kParallelMinBytes = 48 * 1024;
+// GEMV work items cover this many rows.
+constexpr int64_t kGemvBlockRows = 64;
+// GEMM work items convert about this many bytes of f32 weights at a time: large enough
+// that OpenBLAS's packing of x is amortised, small enough to stay in L3.
+constexpr int64_t kGemmBlockBytes = 1 << 20;
+
+// How one call runs: the caller's options, or sgemm for every job (linear_gemm).
+struct Mode {
+  bool invariant;
+  bool force_gemm;
+};
+
+bool use_gemv(int64_t m, Mode mode) { return !mode.force_gemm && (m <= kGemvMaxTokens || mode.invariant); }
+
+int64_t block_rows(const LinearJob& job, Mode mode) {
+  if (use_gemv(job.m, mode)) return kGemvBlockRows;
+  const int64_t rows = kGemmBlockBytes / (4 * job.w->cols) / 16 * 16;
+  return std::max<int64_t>(16, rows);
+}
+
+// One work item: rows [r0, r1) of one job.
+void run_item(const LinearJob& job, int64_t r0, int64_t r1, Mode mode, std::vector<float>* scratch) {
+  const Weight2D& w = *job.w;
+  if (use_gemv(job.m, mode)) {
+    if (mode.invariant) {
+      gemv_invariant_range(job.x, job.m, w, job.y, r0, r1);
+    } else {
+      gemv_range(job.x, job.m, w, job.y, r0, r1);
+    }
+    return;
+  }
+  const int64_t k = w.cols, rows = r1 - r0;
+  const float* wf;
+  if (w.dtype == DType::kF32) {
+    wf = reinterpret_cast<const float*>(w.row(r0));
+  } else {
+    if (scratch->size() < static_cast<size_t>(rows * k)) scratch->resize(static_cast<size_t>(rows * k));
+    convert_to_f32(w.row(r0), w.dtype, scratch->data(), static_cast<size_t>(rows * k));
+    wf = scratch->data();
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(job.m), static_cast<int>(rows),
+              static_cast<int>(k), 1.0f, job.x, static_cast<int>(k), wf, static_cast<int>(k), 0.0f, job.y + r0,
+              static_cast<int>(w.rows));
+}
+
+void linear_many_impl(const LinearJob* jobs, size_t num_jobs, Mode mode) {
+  struct Item {
+    uint32_t job;
+    int64_t r0, r1;
+  };
+  // Small, reused per calling thread: no allocation in the steady state.
+  static thread_local std::vector<Item> items;
+  items.clear();
+  size_t total_bytes = 0;
+  int64_t max_m = 0;
+  for (size_t j = 0; j < num_jobs; ++j) {
+    const LinearJob& job = jobs[j];
+    if (job.m <= 0) continue;
+    MOE_CHECK(!use_gemv(job.m, mode) || job.m <= kGemvMaxTokens || mode.invariant);
+    total_bytes += job.w->bytes();
+    max_m = std::max(max_m, job.m);
+    const int64_t block = block_rows(job, mode);
+    for (int64_t r0 = 0; r0 < job.w->rows; r0 += block) {
+      items.push_back({static_cast<uint32_t>(j), r0, std::min(job.w->rows, r0 + block)});
+    }
+  }
+  const int64_t n_items = static_cast<int64_t>(items.size());
+  const bool parallel = n_items > 1 && omp_get_max_threads() > 1 &&
+                        (total_bytes >= kParallelMinBytes || max_m * static_cast<int64_t>(total_bytes) >= (64 << 20));
+  if (!parallel) {
+    ScopedSerialBlas serial_blas;
+    static thread_local std::vector<float> scratch;
+    for (const Item& it : items) run_item(jobs[it.job], it.r0, it.r1, mode, &scratch);
+    return;
+  }
+  const Item* item_ptr = items.data();
+#pragma omp parallel
+  {
+    static thread_local std::vector<float> scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n_items; ++i) {
+      const Item& it = item_ptr[i];
+      run_item(jobs[it.job], it.r0, it.r1, mode, &scratch);
+    }
+  }
+}
+
+}  // namespace
+
+float dot_row(const float* x, const Weight2D& w, int64_t r) {
+  float y = 0;
+  Weight2D one = w;
+  one.data = w.row(r);
+  one.rows = 1;
+  gemv_range(x, 1, one, &y, 0, 1);
+  return y;
+}
+
+void linear_many(const LinearJob* jobs, size_t num_jobs, const KernelOptions& options) {
+  linear_many_impl(jobs, num_jobs, Mode{options.batch_invariant, false});
+}
+
+void linear(const float* x, int64_t m, const Weight2D& w, float* y, const KernelOptions& options) {
+  const LinearJob job{x, m, &w, y};
+  linear_many_impl(&job, 1, Mode{options.batch_invariant, false});
+}
+
+void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y) {
+  MOE_CHECK(m >= 1 && m <= kGemvMaxTokens);
+  const LinearJob job{x, m, &w, y};
+  linear_many_impl(&job, 1, Mode{false, false});
+}
+
+void linear_gemm(const float* x, int64_t m, const Weight2D& w, float* y) {
+  const LinearJob job{x, m, &w, y};
+  linear_many_impl(&job, 1, Mode{false, true});
+}
+
+}  // namespace moe

@@ -1,0 +1,47 @@
+// The CPU kernels behind linear() (ops/linear.h), on raw pointers: for the tensor entry
+// and for kernels that already hold row pointers (the MoE expert FFN, the SwiGLU MLP).
+//
+//   x: [m, k] f32 row-major (m tokens), W: [n, k] (Weight2D, stored dtype), y: [m, n] f32.
+//
+// Small m (decode, m <= kGemvMaxTokens) runs our AVX2 GEMV kernel, which reads each
+// weight row once for all m tokens and converts bf16/f16 in registers: decode is bound
+// by weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
+// Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
+// OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32. With
+// KernelOptions::batch_invariant every m runs the GEMV kernel in groups of <= 4 tokens.
+// Rows of W are split over OpenMP threads in fixed blocks; the result does not depend
+// on the thread count. Call from outside any OpenMP parallel region.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "moe/ops/kernel_options.h"
+#include "moe/tensor/weight.h"
+
+namespace moe {
+
+inline constexpr int64_t kGemvMaxTokens = 4;
+
+void linear(const float* x, int64_t m, const Weight2D& w, float* y, const KernelOptions& options);
+
+// Several independent projections in one parallel region (e.g. q/k/v, or the w1/w3 of
+// every active expert): their row blocks are shared out over the threads together,
+// which costs one fork/join instead of one per matrix. Jobs must not overlap in `y`.
+struct LinearJob {
+  const float* x;      // [m, k]
+  int64_t m;           // tokens (0 = skip)
+  const Weight2D* w;   // [n, k]
+  float* y;            // [m, n]
+};
+void linear_many(const LinearJob* jobs, size_t num_jobs, const KernelOptions& options);
+
+// Explicit paths (exposed for tests and benchmarks): GEMV (m <= kGemvMaxTokens) and
+// sgemm, whatever m is.
+void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y);
+void linear_gemm(const float* x, int64_t m, const Weight2D& w, float* y);
+
+// Dot product of f32 x[k] with row r of W, single-threaded (used by small kernels).
+float dot_row(const float* x, const Weight2D& w, int64_t r);
+
+}  // namespace moe

@@ -1,0 +1,39 @@
+#include "moe/transformer/mlp_blocks.h"
+
+namespace moe {
+
+DenseMlpBlock::DenseMlpBlock(const ModelWeights& weights, const KernelOptions& kernel) : weights_(weights) {
+  ws_.kernel = kernel;
+}
+
+Status DenseMlpBlock::forward(int layer, const TensorView& x, const TensorView& out) {
+  swiglu_mlp(weights_.layers[static_cast<size_t>(layer)].dense_mlp, x.data_as<const float>(), x.dim(0), &ws_,
+             out.data_as<float>());
+  return ok_status();
+}
+
+MoeBlock::MoeBlock(const ModelConfig& config, const ModelWeights& weights, const std::vector<EpContext>* ep,
+                   const KernelOptions& kernel)
+    : config_(config), weights_(weights), ep_(ep), ep_ws_(ep ? make_ep_workspace(kernel) : nullptr) {
+  moe_ws_.kernel = kernel;
+  mlp_ws_.kernel = kernel;
+}
+
+Status MoeBlock::forward(int layer, const TensorView& x, const TensorView& out) {
+  const LayerWeights& L = weights_.layers[static_cast<size_t>(layer)];
+  const float* h = x.data_as<const float>();
+  float* mo = out.data_as<float>();
+  const int64_t m = x.ndim() == 0 ? 0 : x.dim(0);
+  if (ep_ != nullptr) {
+    MOE_RETURN_IF_ERROR(
+        ep_moe_forward(config_, L, h, m, (*ep_)[static_cast<size_t>(layer)], ep_ws_.get(), mo, &ep_timings_));
+    if (routing_hook_) routing_hook_(layer, ep_last_routing_counts(*ep_ws_));
+  } else {
+    moe_forward(config_, L, h, m, &moe_ws_, mo, capacity_);
+    if (routing_hook_) routing_hook_(layer, moe_ws_.counts);
+  }
+  add_shared_expert(L, h, m, &mlp_ws_, mo);
+  return ok_status();
+}
+
+}  // namespace moe
