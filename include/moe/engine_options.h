@@ -49,7 +49,6 @@ struct EngineOptions {
   // A new plan is adopted only if it lowers the predicted max rank load (summed over
   // MoE layers, from the load EMA) by at least this fraction: moving experts costs time.
   double rebalance_min_gain = 0.1;
-  int test_corrupt_migration_rank = -1;  // tests only: this rank corrupts a received expert
   // Batch-invariant kernels: every token's logits are bitwise the same whatever other
   // tokens share its forward pass (prompt chunking, batch size, other requests). Linear
   // layers then use the GEMV kernel for any token count instead of sgemm for prefill,

@@ -50,9 +50,6 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "true|false: batch-invariant kernels (a token's logits do not depend on what shares its batch; "
                  "GEMV instead of sgemm for prefill)")
       ->capture_default_str();
-  app.add_option("--test-corrupt-migration-rank", f->options.test_corrupt_migration_rank,
-                 "(tests) this rank corrupts a received expert, so the migration must fail safely")
-      ->group("");
 }
 
 std::string check_engine_flags(const EngineFlags& f) {

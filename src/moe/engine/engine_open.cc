@@ -213,7 +213,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     in.options.slots_per_rank = options.slots_per_rank;
     in.options.replica_cap = options.replica_cap;
     in.options.min_gain = options.rebalance_min_gain;
-    in.options.faults.corrupt_on_rank = options.test_corrupt_migration_rank;
     impl->rebalancer = std::make_unique<Rebalancer>(in);
   }
   impl->session = std::make_unique<EpSession>(impl->comm, impl.get(), &system_clock(),

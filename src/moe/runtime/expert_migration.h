@@ -36,11 +36,10 @@ struct MigrationStats {
   double seconds = 0;
 };
 
-// Fault injection for tests: the receiving rank `corrupt_on_rank` flips a byte of the
-// first expert it receives, so its checksum check fails.
-struct MigrationFaults {
-  int corrupt_on_rank = -1;
-};
+// Message tags of a migration (point-to-point): per moved expert, a dtype/size header,
+// the expert's bytes, their XXH3-64 checksum. Tests corrupt kMigrationTagData with
+// FaultyCommunicator (comm/faulty_communicator.h).
+inline constexpr int kMigrationTagHeader = 7101, kMigrationTagData = 7102, kMigrationTagSum = 7103;
 
 // Which experts move: current[l] / next[l] are the placements of model layer l
 // (entries for dense layers are ignored; `moe_layers` lists the MoE layers). Not
@@ -63,6 +62,6 @@ struct MigrationTarget {
 // receiving rank, and on the others naming how many ranks failed), communication
 // errors. On error nothing is changed.
 Status migrate_experts(Communicator& comm, const MigrationPlan& plan, const MigrationTarget& target,
-                       MigrationStats* stats, const MigrationFaults& faults = {});
+                       MigrationStats* stats);
 
 }  // namespace moe

@@ -131,7 +131,7 @@ Status Rebalancer::rebalance() {
     MigrationStats ms;
     const MigrationPlan plan{.config = c, .moe_layers = moe_layers, .current = current, .next = next};
     const MigrationTarget target{.layers = in_.layers, .store = in_.expert_store};
-    Status st = migrate_experts(comm, plan, target, &ms, in_.options.faults);
+    Status st = migrate_experts(comm, plan, target, &ms);
     rs.rebalance_seconds += now_seconds() - t0;
     if (!st.ok()) {
       ++rs.rebalance_failures;

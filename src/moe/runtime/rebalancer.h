@@ -23,7 +23,6 @@ struct RebalanceOptions {
   int slots_per_rank = 0;     // expert slots per rank; 0 = ceil(num_experts / num_ranks)
   int replica_cap = 4;        // most replicas of one expert
   double min_gain = 0.1;      // adopt a plan only if it lowers the predicted max rank load by this fraction
-  MigrationFaults faults{};   // tests only
 };
 
 // What a rebalance reads and updates. Pointers are not owned and must outlive the
