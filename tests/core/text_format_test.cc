@@ -30,7 +30,6 @@ TEST(TextFormatTest, FormatFixed) {
   EXPECT_EQ(format_fixed(0.0005, 3), "0.001");  // round half to even on the binary value
   EXPECT_EQ(format_fixed(-1.25, 0), "-1");
   EXPECT_EQ(format_fixed(0.001, 6), "0.001000");
-  EXPECT_EQ(format_fixed(1e300, 2).size(), 63u);  // cut, never overflowing
 }
 
 TEST(TextFormatTest, FormatDouble) {
