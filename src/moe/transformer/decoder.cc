@@ -26,7 +26,9 @@ Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const s
       weights_(weights),
       rope_(config.head_dim, config.rope_theta, config.max_position_embeddings),
       ep_(ep),
-      ep_ws_(ep ? make_ep_workspace() : nullptr) {}
+      ep_ws_(ep && !ep->empty() ? make_ep_workspace(config, ep->front(), kMaxChunk) : nullptr) {
+  moe_ws_.reserve(config, kMaxChunk);
+}
 
 Status Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
   for (int64_t done = 0; done < m; done += kMaxChunk) {
@@ -43,9 +45,9 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
     if (ep_ != nullptr) {
       for (int l = 0; l < config_.num_hidden_layers; ++l) {
         if (!config_.is_moe_layer(l)) continue;
-        MOE_RETURN_IF_ERROR(ep_moe_forward(config_, weights_.layers[static_cast<size_t>(l)], nullptr, 0,
-                                           (*ep_)[static_cast<size_t>(l)],
-                                           ep_ws_.get(), nullptr, &ep_timings_));
+        const MoeLayerArgs args =
+            MoeLayerArgs::f32(config_, weights_.layers[static_cast<size_t>(l)], nullptr, 0, nullptr);
+        MOE_RETURN_IF_ERROR(ep_moe_forward(args, (*ep_)[static_cast<size_t>(l)], ep_ws_.get(), &ep_timings_));
         if (routing_hook_) routing_hook_(l, ep_last_routing_counts(*ep_ws_));
       }
     }
@@ -165,10 +167,11 @@ Status Decoder::forward_rows(const int* tokens, int64_t m, const std::vector<Row
     if (!c.is_moe_layer(l)) {
       swiglu_mlp(L.dense_mlp, h, m, &mlp_ws_, mo);
     } else if (ep_ != nullptr) {
-      MOE_RETURN_IF_ERROR(ep_moe_forward(c, L, h, m, (*ep_)[static_cast<size_t>(l)], ep_ws_.get(), mo, &ep_timings_));
+      MOE_RETURN_IF_ERROR(ep_moe_forward(MoeLayerArgs::f32(c, L, h, m, mo), (*ep_)[static_cast<size_t>(l)],
+                                         ep_ws_.get(), &ep_timings_));
       if (routing_hook_) routing_hook_(l, ep_last_routing_counts(*ep_ws_));
     } else {
-      moe_forward(c, L, h, m, &moe_ws_, mo, capacity_);
+      moe_forward(MoeLayerArgs::f32(c, L, h, m, mo), &moe_ws_, capacity_);
       if (routing_hook_) routing_hook_(l, moe_ws_.counts);
     }
     if (c.is_moe_layer(l)) add_shared_expert(L, h, m, &mlp_ws_, mo);
