@@ -42,6 +42,10 @@ struct EpOptions {
   CapacityOptions capacity;
 };
 
+// The EP plan of one MoE layer: plain data, copyable. The engine keeps one per layer
+// (placements differ per layer once rebalanced); the mutable per-caller state, the
+// EpWorkspace and the EpTimings, is passed beside it so that one context can serve
+// several decoders and one workspace every layer.
 struct EpContext {
   Communicator* comm = nullptr;  // not owned
   ExpertPlacement placement;
