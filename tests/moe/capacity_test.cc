@@ -31,7 +31,7 @@ TEST(CapacityTest, HugeFactorDropsNothing) {
   std::vector<int> idx = {0, 1, 0, 1};
   std::vector<float> w = {0.5f, 0.5f, 0.5f, 0.5f};
   StepRoutingCounts c;
-  ASSERT_TRUE(apply_capacity({OverflowPolicy::kDrop, 1e30}, nullptr, 2, 2, 4, idx.data(), w.data(), nullptr, &c).ok());
+  ASSERT_TRUE(apply_capacity({OverflowPolicy::kDrop, 1e30}, nullptr, 4, {idx.data(), w.data(), 2, 2}, &c).ok());
   EXPECT_EQ(idx, (std::vector<int>{0, 1, 0, 1}));
   EXPECT_EQ(c.dropped, 0);
   EXPECT_EQ(c.capacity, 2);
@@ -60,7 +60,8 @@ struct HandCase {
 
 StepRoutingCounts run(HandCase& h, OverflowPolicy policy, double factor) {
   StepRoutingCounts counts;
-  EXPECT_TRUE(apply_capacity({policy, factor}, nullptr, 6, 2, 4, h.idx.data(), h.w.data(), h.ranked.data(), &counts).ok());
+  const TopkRouting routing{h.idx.data(), h.w.data(), 6, 2, h.ranked.data()};
+  EXPECT_TRUE(apply_capacity({policy, factor}, nullptr, 4, routing, &counts).ok());
   return counts;
 }
 
@@ -125,7 +126,8 @@ TEST(CapacityTest, RerouteNeverGivesATokenTheSameExpertTwice) {
   std::vector<int> ranked;
   for (int t = 0; t < 4; ++t) ranked.insert(ranked.end(), {0, 1, 2, 3});
   StepRoutingCounts c;
-  ASSERT_TRUE(apply_capacity({OverflowPolicy::kReroute, 0.25}, nullptr, 4, 2, 4, idx.data(), w.data(), ranked.data(), &c).ok());
+  const TopkRouting routing{idx.data(), w.data(), 4, 2, ranked.data()};
+  ASSERT_TRUE(apply_capacity({OverflowPolicy::kReroute, 0.25}, nullptr, 4, routing, &c).ok());
   // Token 0 keeps 0, 1; token 1's two overflowing slots go to 2 and 3 (not 2 twice);
   // tokens 2 and 3 find nothing.
   EXPECT_EQ(idx, (std::vector<int>{0, 1, 2, 3, -1, -1, -1, -1}));
@@ -148,7 +150,7 @@ TEST_P(CapacityRanksTest, IdenticalForAnyRankCount) {
   rc.top_k = kTopK;
   std::vector<int> idx0(static_cast<size_t>(kTokens * kTopK)), ranked(static_cast<size_t>(kTokens * kExperts));
   std::vector<float> w0(idx0.size());
-  route_topk(logits.data(), kTokens, rc, nullptr, nullptr, idx0.data(), w0.data(), ranked.data());
+  route_topk(rc, {logits.data()}, {idx0.data(), w0.data(), kTokens, kTopK, ranked.data()});
 
   for (double factor : {0.5, 1.0, 1.25}) {
     SCOPED_TRACE("factor " + std::to_string(factor));
@@ -156,8 +158,11 @@ TEST_P(CapacityRanksTest, IdenticalForAnyRankCount) {
     std::vector<int> want_idx = idx0;
     std::vector<float> want_w = w0;
     StepRoutingCounts want;
-    ASSERT_TRUE(apply_capacity(opts, nullptr, kTokens, kTopK, kExperts, want_idx.data(), want_w.data(), ranked.data(), &want).ok());
-    if (GetParam() != OverflowPolicy::kDropless && factor < 1.0) EXPECT_GT(want.dropped + want.rerouted, 0);
+    const TopkRouting all{want_idx.data(), want_w.data(), kTokens, kTopK, ranked.data()};
+    ASSERT_TRUE(apply_capacity(opts, nullptr, kExperts, all, &want).ok());
+    if (GetParam() != OverflowPolicy::kDropless && factor < 1.0) {
+      EXPECT_GT(want.dropped + want.rerouted, 0);
+    }
 
     for (int R : {1, 2, 4}) {
       SCOPED_TRACE("ranks " + std::to_string(R));
@@ -171,8 +176,9 @@ TEST_P(CapacityRanksTest, IdenticalForAnyRankCount) {
       const Status st = run_ranks(group, [&](Communicator& comm) -> Status {
         const int r = comm.rank();
         const int t0 = begin[static_cast<size_t>(r)], n = begin[static_cast<size_t>(r) + 1] - t0;
-        return apply_capacity(opts, &comm, n, kTopK, kExperts, got_idx.data() + t0 * kTopK, got_w.data() + t0 * kTopK,
-                              ranked.data() + t0 * kExperts, &counts[static_cast<size_t>(r)]);
+        const TopkRouting mine{got_idx.data() + t0 * kTopK, got_w.data() + t0 * kTopK, n, kTopK,
+                               ranked.data() + t0 * kExperts};
+        return apply_capacity(opts, &comm, kExperts, mine, &counts[static_cast<size_t>(r)]);
       });
       ASSERT_TRUE(st.ok()) << st.to_string();
       EXPECT_EQ(got_idx, want_idx);

@@ -74,7 +74,7 @@ TEST_F(DeepseekMoeBlockTest, SingleProcessMatchesReference) {
   const int64_t hidden = config_.hidden_size;
   MoeWorkspace ws;
   std::vector<float> out(static_cast<size_t>(n_ * hidden));
-  moe_forward(config_, weights_, x_.data(), n_, &ws, out.data());
+  moe_forward(MoeLayerArgs::f32(config_, weights_, x_.data(), n_, out.data()), &ws);
   const auto want_idx = cases_["topk_idx"].get<std::vector<std::vector<int>>>();
   for (int t = 0; t < n_; ++t) {
     for (int j = 0; j < config_.router.top_k; ++j) {
@@ -102,9 +102,10 @@ TEST_F(DeepseekMoeBlockTest, ExpertParallelMatchesReference) {
       // bound here, which is fine: only its own are used.
       const int r = comm.rank();
       const int t0 = n_ * r / R, t1 = n_ * (r + 1) / R;
-      auto ws = make_ep_workspace();
-      return ep_moe_forward(config_, weights_, x_.data() + t0 * hidden, t1 - t0, ctx, ws.get(),
-                            out.data() + t0 * hidden);
+      auto ws = make_ep_workspace(config_, ctx, t1 - t0);
+      return ep_moe_forward(
+          MoeLayerArgs::f32(config_, weights_, x_.data() + t0 * hidden, t1 - t0, out.data() + t0 * hidden), ctx,
+          ws.get());
     });
     ASSERT_TRUE(st.ok()) << st.to_string();
     expect_near(out, y_routed_, "routed experts under EP");

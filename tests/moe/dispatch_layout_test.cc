@@ -68,7 +68,7 @@ TEST(DispatchLayout, HandComputedFourRanks) {
   const int topk[] = {0, 1, 2, 7, 5, 4, 6, 0};
   const float w[] = {0.6f, 0.4f, 0.7f, 0.3f, 0.55f, 0.45f, 0.8f, 0.2f};
   DispatchLayout L;
-  ASSERT_TRUE(compute_dispatch_layout(topk, w, 4, 2, ExpertPlacement::contiguous(8, 4), &L).ok());
+  ASSERT_TRUE(compute_dispatch_layout({topk, w, 4, 2}, ExpertPlacement::contiguous(8, 4), &L).ok());
   EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{2, 1, 1, 2}));
   EXPECT_EQ(L.num_tokens_per_expert, (std::vector<int>{2, 1, 1, 0, 1, 1, 1, 1}));
   EXPECT_EQ(L.send_offsets, (std::vector<int>{0, 2, 3, 4, 6}));
@@ -82,7 +82,7 @@ TEST(DispatchLayout, HandComputedFourRanks) {
 
 TEST(DispatchLayout, ZeroTokensGivesEmptyLayout) {
   DispatchLayout L;
-  ASSERT_TRUE(compute_dispatch_layout(nullptr, nullptr, 0, 2, ExpertPlacement::contiguous(8, 3), &L).ok());
+  ASSERT_TRUE(compute_dispatch_layout({nullptr, nullptr, 0, 2}, ExpertPlacement::contiguous(8, 3), &L).ok());
   EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(L.send_offsets, (std::vector<int>{0, 0, 0, 0}));
   EXPECT_EQ(L.total_send(), 0);
@@ -97,7 +97,7 @@ TEST(DispatchLayout, AllTokensToOneExpertLeaveOtherRanksIdle) {
     w.insert(w.end(), {0.9f, 0.1f});
   }
   DispatchLayout L;
-  ASSERT_TRUE(compute_dispatch_layout(topk.data(), w.data(), 5, 2, ExpertPlacement::contiguous(8, 3), &L).ok());
+  ASSERT_TRUE(compute_dispatch_layout({topk.data(), w.data(), 5, 2}, ExpertPlacement::contiguous(8, 3), &L).ok());
   EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{0, 5, 0}));
   EXPECT_EQ(L.num_tokens_per_expert, (std::vector<int>{0, 0, 5, 5, 0, 0, 0, 0}));
   EXPECT_EQ(L.send_offsets, (std::vector<int>{0, 0, 5, 5}));
@@ -107,7 +107,7 @@ TEST(DispatchLayout, DuplicateExpertInRowIsRejectedNamingTokenAndExpert) {
   const int topk[] = {0, 1, 3, 3};
   const float w[] = {0.5f, 0.5f, 0.5f, 0.5f};
   DispatchLayout L;
-  Status st = compute_dispatch_layout(topk, w, 2, 2, ExpertPlacement::contiguous(8, 2), &L);
+  Status st = compute_dispatch_layout({topk, w, 2, 2}, ExpertPlacement::contiguous(8, 2), &L);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("token 1 lists expert 3 twice"), std::string::npos) << st.message();
@@ -117,7 +117,7 @@ TEST(DispatchLayout, ExpertIdOutOfRangeIsRejected) {
   const int topk[] = {0, 8};
   const float w[] = {0.5f, 0.5f};
   DispatchLayout L;
-  Status st = compute_dispatch_layout(topk, w, 1, 2, ExpertPlacement::contiguous(8, 2), &L);
+  Status st = compute_dispatch_layout({topk, w, 1, 2}, ExpertPlacement::contiguous(8, 2), &L);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("expert id 8 outside [0, 8)"), std::string::npos) << st.message();
 }
@@ -129,7 +129,7 @@ TEST(DispatchLayout, PermutedPlacementSendsToTheMappedRank) {
   const int topk[] = {0, 2, 1, 0};
   const float w[] = {0.5f, 0.5f, 0.6f, 0.4f};
   DispatchLayout L;
-  ASSERT_TRUE(compute_dispatch_layout(topk, w, 2, 2, p.value(), &L).ok());
+  ASSERT_TRUE(compute_dispatch_layout({topk, w, 2, 2}, p.value(), &L).ok());
   EXPECT_EQ(L.num_tokens_per_rank, (std::vector<int>{1, 2}));
   EXPECT_EQ(L.send_token_idx, (std::vector<int>{1, 0, 1}));
   EXPECT_EQ(L.send_expert, (std::vector<int>{1, -1, 0, 2, -1, 0}));
@@ -156,16 +156,16 @@ TEST(NodeLimitedRouting, HandComputedOneNode) {
   const int expert_node[] = {0, 0, 1, 1};
   int idx[2];
   float w[2];
-  route_softmax_topk(logits, 1, cfg, idx, w);
+  route_softmax_topk(cfg, logits, {idx, w, 1, 2});
   EXPECT_EQ(idx[0], 0);
   EXPECT_EQ(idx[1], 2);
-  route_softmax_topk_node_limited(logits, 1, cfg, expert_node, 2, 1, idx, w);
+  route_softmax_topk_node_limited(cfg, logits, {expert_node, 2, 1}, {idx, w, 1, 2});
   EXPECT_EQ(idx[0], 2);
   EXPECT_EQ(idx[1], 3);
   EXPECT_NEAR(w[0], 0.3f / 0.55f, 1e-6);
   EXPECT_NEAR(w[1], 0.25f / 0.55f, 1e-6);
   // M = 2 nodes: no restriction.
-  route_softmax_topk_node_limited(logits, 1, cfg, expert_node, 2, 2, idx, w);
+  route_softmax_topk_node_limited(cfg, logits, {expert_node, 2, 2}, {idx, w, 1, 2});
   EXPECT_EQ(idx[0], 0);
   EXPECT_EQ(idx[1], 2);
 }
@@ -182,7 +182,7 @@ TEST(NodeLimitedRouting, AddsNodesWhenTooFewExperts) {
   const int expert_node[] = {0, 1, 2};
   int idx[2];
   float w[2];
-  route_softmax_topk_node_limited(logits, 1, cfg, expert_node, 3, 1, idx, w);
+  route_softmax_topk_node_limited(cfg, logits, {expert_node, 3, 1}, {idx, w, 1, 2});
   EXPECT_EQ(idx[0], 1);
   EXPECT_EQ(idx[1], 2);
 }

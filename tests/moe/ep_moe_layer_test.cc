@@ -86,14 +86,14 @@ void check_step(int ranks, const std::vector<int>& counts, const Router& route, 
     // would hit an unloaded expert and fail).
     LayerWeights mine = tiny.layer;
     for (int e = 0; e < kExperts; ++e) mine.experts[static_cast<size_t>(e)].loaded = ctx.placement.holds(comm.rank(), e);
-    auto ws = make_ep_workspace();
+    auto ws = make_ep_workspace(tiny.config, ctx, in.n);
     std::vector<float> out(static_cast<size_t>(in.n * kHidden) + 1);
-    MOE_RETURN_IF_ERROR(ep_moe_forward_routed(tiny.config, mine, in.x.data(), in.n, in.topk.data(),
-                                              in.w.data(), ctx, ws.get(), out.data()));
+    MOE_RETURN_IF_ERROR(ep_moe_forward_routed(MoeLayerArgs::f32(tiny.config, mine, in.x.data(), in.n, out.data()),
+                                              {in.topk.data(), in.w.data(), in.n, kTopK}, ctx, ws.get()));
     ExpertWorkspace ews;
     std::vector<float> ref(static_cast<size_t>(in.n * kHidden) + 1);
-    grouped_expert_ffn(tiny.config, tiny.layer, in.x.data(), in.n, in.topk.data(), in.w.data(), kTopK, &ews,
-                       ref.data());
+    grouped_expert_ffn(MoeLayerArgs::f32(tiny.config, tiny.layer, in.x.data(), in.n, ref.data()),
+                       {in.topk.data(), in.w.data(), in.n, kTopK}, &ews);
     for (int i = 0; i < in.n * kHidden; ++i) {
       if (std::fabs(out[static_cast<size_t>(i)] - ref[static_cast<size_t>(i)]) > 1e-5f * (1 + std::fabs(ref[static_cast<size_t>(i)]))) {
         return internal_error("rank " + std::to_string(comm.rank()) + " element " + std::to_string(i) + ": " +
@@ -231,10 +231,10 @@ TEST(EpMoeLayerHierarchical, CrossesToARemoteNodeOncePerToken) {
       const RankInput in = make_input(comm.rank(), n, [](int, int) { return std::pair<int, int>{4, 6}; });
       EpContext ctx{&comm, ExpertPlacement::contiguous(kExperts, 4), {}};
       ctx.options.hierarchical = mode == 1;
-      auto ws = make_ep_workspace();
+      auto ws = make_ep_workspace(tiny.config, ctx, in.n);
       std::vector<float> out(static_cast<size_t>(n * kHidden) + 1);
-      return ep_moe_forward_routed(tiny.config, tiny.layer, in.x.data(), n, in.topk.data(), in.w.data(), ctx,
-                                   ws.get(), out.data());
+      return ep_moe_forward_routed(MoeLayerArgs::f32(tiny.config, tiny.layer, in.x.data(), n, out.data()),
+                                   {in.topk.data(), in.w.data(), n, kTopK}, ctx, ws.get());
     });
     ASSERT_TRUE(st.ok()) << st.to_string();
   }
@@ -250,24 +250,25 @@ TEST(EpMoeLayer, DuplicateExpertIsRejectedOnEveryRankAndNextStepIsExact) {
   std::mutex mu;
   Status st = run_ranks(group, [&](Communicator& comm) -> Status {
     EpContext ctx{&comm, ExpertPlacement::contiguous(kExperts, 3), {}};
-    auto ws = make_ep_workspace();
+    auto ws = make_ep_workspace(tiny.config, ctx, 4);
     RankInput in = make_input(comm.rank(), 4, spread);
     if (comm.rank() == 2) in.topk[2 * 1 + 1] = in.topk[2 * 1];  // token 1 lists one expert twice
     std::vector<float> out(static_cast<size_t>(in.n * kHidden));
-    Status s = ep_moe_forward_routed(tiny.config, tiny.layer, in.x.data(), in.n, in.topk.data(), in.w.data(), ctx,
-                                     ws.get(), out.data());
+    Status s = ep_moe_forward_routed(MoeLayerArgs::f32(tiny.config, tiny.layer, in.x.data(), in.n, out.data()),
+                                     {in.topk.data(), in.w.data(), in.n, kTopK}, ctx, ws.get());
     {
       std::lock_guard<std::mutex> lock(mu);
       first[static_cast<size_t>(comm.rank())] = s;
     }
     // The group is still usable: a valid step gives exact results.
     RankInput ok_in = make_input(comm.rank(), 4, spread);
-    MOE_RETURN_IF_ERROR(ep_moe_forward_routed(tiny.config, tiny.layer, ok_in.x.data(), ok_in.n, ok_in.topk.data(),
-                                              ok_in.w.data(), ctx, ws.get(), out.data()));
+    MOE_RETURN_IF_ERROR(
+        ep_moe_forward_routed(MoeLayerArgs::f32(tiny.config, tiny.layer, ok_in.x.data(), ok_in.n, out.data()),
+                              {ok_in.topk.data(), ok_in.w.data(), ok_in.n, kTopK}, ctx, ws.get()));
     ExpertWorkspace ews;
     std::vector<float> ref(out.size());
-    grouped_expert_ffn(tiny.config, tiny.layer, ok_in.x.data(), ok_in.n, ok_in.topk.data(), ok_in.w.data(), kTopK,
-                       &ews, ref.data());
+    grouped_expert_ffn(MoeLayerArgs::f32(tiny.config, tiny.layer, ok_in.x.data(), ok_in.n, ref.data()),
+                       {ok_in.topk.data(), ok_in.w.data(), ok_in.n, kTopK}, &ews);
     for (size_t i = 0; i < out.size(); ++i) {
       if (std::fabs(out[i] - ref[i]) > 1e-5f * (1 + std::fabs(ref[i]))) return internal_error("mismatch after reject");
     }

@@ -159,7 +159,7 @@ TEST_P(MoeLayerTest, MatchesNaivePerTokenReference) {
     const std::vector<double> want = naive_moe(t, x, n, &margin);
     ASSERT_GT(margin, 1e-4) << "test data has a near-tie in routing; pick another seed";
     std::vector<float> out(static_cast<size_t>(n * kHidden) + 3, 1e30f);  // garbage: must be overwritten
-    moe_forward(t.config, t.layer, x.data(), n, &ws, out.data());
+    moe_forward(MoeLayerArgs::f32(t.config, t.layer, x.data(), n, out.data()), &ws);
     double max_abs = 0;
     for (double v : want) max_abs = std::max(max_abs, std::fabs(v));
     ASSERT_GT(max_abs, 0.05);  // the reference is not trivially ~0
@@ -188,7 +188,7 @@ TEST(MoeLayerRoutingTest, OnlyRoutedExpertsContribute) {
   for (auto& v : x) v = dist(rng);
   MoeWorkspace ws;
   std::vector<float> base(static_cast<size_t>(n * kHidden));
-  moe_forward(t.config, t.layer, x.data(), n, &ws, base.data());
+  moe_forward(MoeLayerArgs::f32(t.config, t.layer, x.data(), n, base.data()), &ws);
   const std::vector<int> routed_idx(ws.topk_idx.begin(), ws.topk_idx.begin() + n * kTopK);
 
   // Scale expert 3's down projection by 2.
@@ -198,7 +198,7 @@ TEST(MoeLayerRoutingTest, OnlyRoutedExpertsContribute) {
     *p *= 2.0f;
   }
   std::vector<float> changed(base.size());
-  moe_forward(t.config, t.layer, x.data(), n, &ws, changed.data());
+  moe_forward(MoeLayerArgs::f32(t.config, t.layer, x.data(), n, changed.data()), &ws);
   int routed_to_3 = 0;
   for (int64_t tok = 0; tok < n; ++tok) {
     const bool uses3 = routed_idx[static_cast<size_t>(tok * kTopK)] == 3 || routed_idx[static_cast<size_t>(tok * kTopK + 1)] == 3;
@@ -228,7 +228,7 @@ TEST(GroupedExpertFfnTest, ExplicitAssignmentsWithSkippedSlots) {
   for (auto& v : x) v = dist(rng);
   ExpertWorkspace ws;
   std::vector<float> out(static_cast<size_t>(rows * kHidden), 1e30f);
-  grouped_expert_ffn(t.config, t.layer, x.data(), rows, idx, wts, kTopK, &ws, out.data());
+  grouped_expert_ffn(MoeLayerArgs::f32(t.config, t.layer, x.data(), rows, out.data()), {idx, wts, rows, kTopK}, &ws);
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<double> xr(kHidden);
     for (int i = 0; i < kHidden; ++i) xr[static_cast<size_t>(i)] = x[static_cast<size_t>(r * kHidden + i)];
@@ -280,10 +280,36 @@ TEST(MoeLayerChunkTest, ChunkedExpertBatchesMatchReference) {
     MoeWorkspace ws;
     ws.experts.max_chunk_rows = chunk;
     std::vector<float> out(static_cast<size_t>(n * kHidden));
-    moe_forward(t.config, t.layer, x.data(), n, &ws, out.data());
+    moe_forward(MoeLayerArgs::f32(t.config, t.layer, x.data(), n, out.data()), &ws);
     for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(out[i], want[i], 1e-5 * (1 + std::fabs(want[i])));
     // Buffers hold at most one chunk of rows.
     EXPECT_LE(ws.experts.gathered.size(), static_cast<size_t>(std::min<int64_t>(chunk, n * kTopK) * kHidden));
+  }
+}
+
+// Workspaces sized up front: after reserve() for a batch limit, steps of up to that many
+// tokens reuse the buffers (no reallocation inside the layer loop).
+TEST(MoeWorkspaceTest, ReserveCoversStepsUpToTheBatchLimit) {
+  const TinyLayer t = make_layer(DType::kF32, true, 11);
+  constexpr int64_t kMaxTokens = 40;
+  MoeWorkspace ws;
+  ws.reserve(t.config, kMaxTokens);
+  const float* logits = ws.router_logits.data();
+  const int* idx = ws.topk_idx.data();
+  const float* gathered = ws.experts.gathered.data();
+  const float* gate = ws.experts.gate.data();
+  const int* token_idx = ws.experts.groups.token_idx.data();
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (int64_t n : {int64_t{1}, kMaxTokens, int64_t{7}}) {
+    std::vector<float> x(static_cast<size_t>(n * kHidden)), out(x.size());
+    for (auto& v : x) v = dist(rng);
+    moe_forward(MoeLayerArgs::f32(t.config, t.layer, x.data(), n, out.data()), &ws);
+    EXPECT_EQ(ws.router_logits.data(), logits) << n;
+    EXPECT_EQ(ws.topk_idx.data(), idx) << n;
+    EXPECT_EQ(ws.experts.gathered.data(), gathered) << n;
+    EXPECT_EQ(ws.experts.gate.data(), gate) << n;
+    EXPECT_EQ(ws.experts.groups.token_idx.data(), token_idx) << n;
   }
 }
 

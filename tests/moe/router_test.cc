@@ -25,7 +25,7 @@ TEST(RouterTest, Top2HandCase) {
   const float logits[4] = {0, static_cast<float>(std::log(2.0)), static_cast<float>(std::log(4.0)), 0};
   int idx[2];
   float w[2];
-  route_softmax_topk(logits, 1, router(4, 2), idx, w);
+  route_softmax_topk(router(4, 2), logits, {idx, w, 1, 2});
   EXPECT_EQ(idx[0], 2);
   EXPECT_EQ(idx[1], 1);
   EXPECT_NEAR(w[0], 2.0 / 3.0, 1e-6);
@@ -36,7 +36,7 @@ TEST(RouterTest, WithoutRenormalisationReturnsSoftmaxProbs) {
   const float logits[4] = {0, static_cast<float>(std::log(2.0)), static_cast<float>(std::log(4.0)), 0};
   int idx[2];
   float w[2];
-  route_softmax_topk(logits, 1, router(4, 2, /*norm=*/false), idx, w);
+  route_softmax_topk(router(4, 2, /*norm=*/false), logits, {idx, w, 1, 2});
   EXPECT_EQ(idx[0], 2);
   EXPECT_EQ(idx[1], 1);
   EXPECT_NEAR(w[0], 0.5, 1e-6);
@@ -48,19 +48,19 @@ TEST(RouterTest, TiesGoToLowerExpertId) {
   float w[3];
   // Experts 1 and 3 tie for first place.
   const float a[4] = {0, 2, 1, 2};
-  route_softmax_topk(a, 1, router(4, 2), idx, w);
+  route_softmax_topk(router(4, 2), a, {idx, w, 1, 2});
   EXPECT_EQ(idx[0], 1);
   EXPECT_EQ(idx[1], 3);
   EXPECT_FLOAT_EQ(w[0], 0.5f);
   EXPECT_FLOAT_EQ(w[1], 0.5f);
   // A tie at the cut-off: experts 1, 2, 3 tie for second place; 1 wins.
   const float b[4] = {5, 1, 1, 1};
-  route_softmax_topk(b, 1, router(4, 2), idx, w);
+  route_softmax_topk(router(4, 2), b, {idx, w, 1, 2});
   EXPECT_EQ(idx[0], 0);
   EXPECT_EQ(idx[1], 1);
   // All equal: the lowest ids in order.
   const float c[5] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
-  route_softmax_topk(c, 1, router(5, 3), idx, w);
+  route_softmax_topk(router(5, 3), c, {idx, w, 1, 3});
   EXPECT_EQ(idx[0], 0);
   EXPECT_EQ(idx[1], 1);
   EXPECT_EQ(idx[2], 2);
@@ -73,7 +73,7 @@ TEST(RouterTest, TopKEqualsNumExperts) {
                            static_cast<float>(std::log(4.0))};
   int idx[4];
   float w[4];
-  route_softmax_topk(logits, 1, router(4, 4), idx, w);
+  route_softmax_topk(router(4, 4), logits, {idx, w, 1, 4});
   const int want_idx[4] = {3, 1, 2, 0};
   const double want_w[4] = {0.4, 0.3, 0.2, 0.1};
   for (int j = 0; j < 4; ++j) {
@@ -86,10 +86,10 @@ TEST(RouterTest, Top1HasWeightOne) {
   const float logits[3] = {-1, 3, 2};
   int idx;
   float w;
-  route_softmax_topk(logits, 1, router(3, 1), &idx, &w);
+  route_softmax_topk(router(3, 1), logits, {&idx, &w, 1, 1});
   EXPECT_EQ(idx, 1);
   EXPECT_FLOAT_EQ(w, 1.0f);
-  route_softmax_topk(logits, 1, router(3, 1, false), &idx, &w);
+  route_softmax_topk(router(3, 1, false), logits, {&idx, &w, 1, 1});
   EXPECT_EQ(idx, 1);
   // e^3 / (e^-1 + e^3 + e^2) = 0.7213991
   EXPECT_NEAR(w, 0.72139918, 1e-6);
@@ -104,7 +104,7 @@ TEST(RouterTest, TokensAreRoutedIndependently) {
   };
   int idx[6];
   float w[6];
-  route_softmax_topk(logits, 3, router(4, 2), idx, w);
+  route_softmax_topk(router(4, 2), logits, {idx, w, 3, 2});
   EXPECT_EQ(idx[0], 2);
   EXPECT_EQ(idx[1], 1);
   EXPECT_NEAR(w[0], 2.0 / 3.0, 1e-6);
@@ -128,7 +128,7 @@ TEST(GroupByExpertTest, HandRouting) {
                       0, 2};  // token 3
   const float w[8] = {0.6f, 0.4f, 0.7f, 0.3f, 0.55f, 0.45f, 0.8f, 0.2f};
   ExpertGroups g;
-  group_by_expert(idx, w, 4, 2, 4, &g);
+  group_by_expert({idx, w, 4, 2}, 4, &g);
   EXPECT_EQ(g.tokens_per_expert, (std::vector<int>{2, 1, 4, 1}));
   EXPECT_EQ(g.offsets, (std::vector<int>{0, 2, 3, 7, 8}));
   // expert 0: tokens 0, 3; expert 1: token 1; expert 2: tokens 0, 1, 2, 3; expert 3: token 2.
@@ -141,7 +141,7 @@ TEST(GroupByExpertTest, UnusedExpertsAndReuse) {
   // First a bigger routing, then reuse the same struct for a smaller one: nothing stale.
   const int idx1[8] = {0, 1, 1, 0, 2, 3, 3, 2};
   const float w1[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  group_by_expert(idx1, w1, 4, 2, 4, &g);
+  group_by_expert({idx1, w1, 4, 2}, 4, &g);
   EXPECT_EQ(g.tokens_per_expert, (std::vector<int>{2, 2, 2, 2}));
   EXPECT_EQ(g.token_idx, (std::vector<int>{0, 1, 0, 1, 2, 3, 2, 3}));
   EXPECT_EQ(g.weight, (std::vector<float>{1, 4, 2, 3, 5, 8, 6, 7}));
@@ -149,7 +149,7 @@ TEST(GroupByExpertTest, UnusedExpertsAndReuse) {
   // 3 tokens x top-1 over 6 experts; experts 0, 2, 3, 5 unused.
   const int idx2[3] = {4, 1, 4};
   const float w2[3] = {0.9f, 1.0f, 0.5f};
-  group_by_expert(idx2, w2, 3, 1, 6, &g);
+  group_by_expert({idx2, w2, 3, 1}, 6, &g);
   EXPECT_EQ(g.tokens_per_expert, (std::vector<int>{0, 1, 0, 0, 2, 0}));
   EXPECT_EQ(g.offsets, (std::vector<int>{0, 0, 1, 1, 1, 3, 3}));
   EXPECT_EQ(g.token_idx, (std::vector<int>{1, 0, 2}));
@@ -163,14 +163,14 @@ TEST(GroupByExpertTest, NegativeIdsAreSkipped) {
                       -1, -1};  // token 2: nothing local
   const float w[6] = {0.9f, 0.1f, 0.6f, 0.4f, 0.5f, 0.5f};
   ExpertGroups g;
-  group_by_expert(idx, w, 3, 2, 3, &g);
+  group_by_expert({idx, w, 3, 2}, 3, &g);
   EXPECT_EQ(g.tokens_per_expert, (std::vector<int>{1, 0, 1}));
   EXPECT_EQ(g.offsets, (std::vector<int>{0, 1, 1, 2}));
   EXPECT_EQ(g.token_idx, (std::vector<int>{1, 0}));
   EXPECT_EQ(g.weight, (std::vector<float>{0.6f, 0.1f}));
   // All skipped.
   const int none[2] = {-1, -1};
-  group_by_expert(none, w, 1, 2, 3, &g);
+  group_by_expert({none, w, 1, 2}, 3, &g);
   EXPECT_EQ(g.tokens_per_expert, (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(g.offsets, (std::vector<int>{0, 0, 0, 0}));
   EXPECT_TRUE(g.token_idx.empty());

@@ -41,7 +41,7 @@ TEST(RouterVariantsTest, BiasChangesSelectionButNotWeights) {
   const float bias[4] = {0.0f, 0.0f, 0.0f, 0.6f};
   int idx[2];
   float w[2];
-  route_topk(logits, 1, rc, bias, nullptr, idx, w);
+  route_topk(rc, {logits, bias}, {idx, w, 1, rc.top_k});
   EXPECT_EQ(idx[0], 3);  // selection score 0.85
   EXPECT_EQ(idx[1], 2);  // 0.75
   // Weights from the unbiased scores 0.25 and 0.75, renormalised (sum 1), times 2.0.
@@ -49,7 +49,7 @@ TEST(RouterVariantsTest, BiasChangesSelectionButNotWeights) {
   EXPECT_NEAR(w[1], 1.5, 1e-6);
 
   const float zero_bias[4] = {0, 0, 0, 0};
-  route_topk(logits, 1, rc, zero_bias, nullptr, idx, w);
+  route_topk(rc, {logits, zero_bias}, {idx, w, 1, rc.top_k});
   EXPECT_EQ(idx[0], 2);
   EXPECT_EQ(idx[1], 0);  // 0.5 tie between experts 0 and 1: the lower id
   EXPECT_NEAR(w[0], 2.0 * 0.75 / 1.25, 1e-6);
@@ -67,7 +67,7 @@ TEST(RouterVariantsTest, GroupLimitMasksTheBestExpertsGroup) {
   const float bias[8] = {};
   int idx[2], ranked[8];
   float w[2];
-  route_topk(logits, 1, rc, bias, nullptr, idx, w, ranked);
+  route_topk(rc, {logits, bias}, {idx, w, 1, rc.top_k, ranked});
   EXPECT_EQ(idx[0], 4);
   EXPECT_EQ(idx[1], 2);  // 2 and 3 tie at 0.6: the lower id
   EXPECT_NEAR(w[0], 0.8 / 1.4, 1e-6);
@@ -86,7 +86,7 @@ TEST(RouterVariantsTest, GroupScoresUseBiasedScores) {
   const float bias[8] = {0, 0, 0, 0, 0, 0, 0, 0.7f};
   int idx[2];
   float w[2];
-  route_topk(logits, 1, rc, bias, nullptr, idx, w);
+  route_topk(rc, {logits, bias}, {idx, w, 1, rc.top_k});
   // Kept groups 3 (1.3) and 1 (1.2): experts 2, 3, 6, 7; selection 0.6, 0.6, 0.3, 1.0.
   EXPECT_EQ(idx[0], 7);
   EXPECT_EQ(idx[1], 2);
@@ -103,7 +103,7 @@ TEST(RouterVariantsTest, MaskedExpertsLoseToNegativeSelectionScores) {
   const float bias[4] = {-0.6f, -0.7f, -2.0f, -2.0f};
   int idx[2];
   float w[2];
-  route_topk(logits, 1, rc, bias, nullptr, idx, w);
+  route_topk(rc, {logits, bias}, {idx, w, 1, rc.top_k});
   EXPECT_EQ(idx[0], 0);
   EXPECT_EQ(idx[1], 1);
   EXPECT_NEAR(w[0], 0.75, 1e-6);  // 0.5 / 1.0 * 1.5
@@ -117,7 +117,7 @@ TEST(RouterVariantsTest, WithoutNormalisationWeightsAreScaledScores) {
   const float bias[4] = {};
   int idx[2];
   float w[2];
-  route_topk(logits, 1, rc, bias, nullptr, idx, w);
+  route_topk(rc, {logits, bias}, {idx, w, 1, rc.top_k});
   EXPECT_EQ(idx[0], 2);
   EXPECT_EQ(idx[1], 1);
   EXPECT_NEAR(w[0], 2.25, 1e-5);
@@ -145,7 +145,7 @@ TEST(RouterVariantsTest, GroupLimitedGreedyUsesTheGroupMax) {
   }
   int idx[2];
   float w[2];
-  route_topk(logits, 1, rc, nullptr, nullptr, idx, w);
+  route_topk(rc, {logits}, {idx, w, 1, rc.top_k});
   EXPECT_EQ(idx[0], 0);
   EXPECT_EQ(idx[1], 4);
   EXPECT_NEAR(w[0], 0.9 / sum, 1e-6);  // softmax probabilities, not renormalised
@@ -165,7 +165,7 @@ TEST(RouterVariantsTest, NodeLimitAppliesAfterTheGroupLimit) {
   const NodeLimit limit{node, 2, 1};
   int idx[2];
   float w[2];
-  route_topk(logits, 1, rc, bias, &limit, idx, w);
+  route_topk(rc, {logits, bias, &limit}, {idx, w, 1, rc.top_k});
   EXPECT_EQ(idx[0], 2);
   EXPECT_EQ(idx[1], 3);
   EXPECT_NEAR(w[0], 0.5, 1e-6);
@@ -178,7 +178,7 @@ TEST(RouterVariantsTest, RankedListsEveryExpertForSoftmax) {
   const float logits[4] = {1.0f, 3.0f, 2.0f, 1.0f};
   int idx, ranked[4];
   float w;
-  route_topk(logits, 1, rc, nullptr, nullptr, &idx, &w, ranked);
+  route_topk(rc, {logits}, {&idx, &w, 1, rc.top_k, ranked});
   EXPECT_EQ(idx, 1);
   EXPECT_FLOAT_EQ(w, 1.0f);
   EXPECT_EQ(std::vector<int>(ranked, ranked + 4), (std::vector<int>{1, 2, 0, 3}));
@@ -207,7 +207,7 @@ TEST(RouterVariantsTest, DeepseekV3GoldenCases) {
     std::vector<float> logits(static_cast<size_t>(n * E)), weights(static_cast<size_t>(n * k));
     std::vector<int> idx(static_cast<size_t>(n * k)), plain_idx(static_cast<size_t>(n * k));
     linear(x.data(), n, gate, logits.data(), KernelOptions{});
-    route_topk(logits.data(), n, rc, bias.data(), nullptr, idx.data(), weights.data());
+    route_topk(rc, {logits.data(), bias.data()}, {idx.data(), weights.data(), n, rc.top_k});
     const auto want_idx = layer["topk_idx"].get<std::vector<std::vector<int>>>();
     const auto want_w = layer["topk_weights"].get<std::vector<std::vector<double>>>();
     for (int t = 0; t < n; ++t) {
@@ -230,9 +230,9 @@ TEST(RouterVariantsTest, DeepseekV3GoldenCases) {
       }
       return changed;
     };
-    route_topk(logits.data(), n, rc, zero.data(), nullptr, plain_idx.data(), weights.data());
+    route_topk(rc, {logits.data(), zero.data()}, {plain_idx.data(), weights.data(), n, rc.top_k});
     changed_by_bias += count_changed();
-    route_topk(logits.data(), n, ungrouped, bias.data(), nullptr, plain_idx.data(), weights.data());
+    route_topk(ungrouped, {logits.data(), bias.data()}, {plain_idx.data(), weights.data(), n, ungrouped.top_k});
     changed_by_groups += count_changed();
   }
   // The reference's counts of tokens whose expert set changes, summed over layers 1-3.

@@ -136,7 +136,7 @@ std::unique_ptr<SyntheticLayer> make_layer(int hidden, int intermediate, int num
 LayerRun run_layer(const Problem& p, const SyntheticLayer& sl, const EpOptions& opt, int warmup, int repeats,
                    const char* what) {
   EpContext ctx{p.comm, p.placement, opt};
-  EpWorkspacePtr ws = make_ep_workspace();
+  EpWorkspacePtr ws = make_ep_workspace(sl.config, ctx, p.tokens);
   std::vector<double> call, comp, wait;
   int64_t bytes = 0;
   float* out = p.out.data();
@@ -145,8 +145,8 @@ LayerRun run_layer(const Problem& p, const SyntheticLayer& sl, const EpOptions& 
     if (!st.ok()) die(p.comm->rank(), "barrier", st);
     EpTimings t;
     const double t0 = now_seconds();
-    st = ep_moe_forward_routed(sl.config, sl.layer, p.x.data(), p.tokens, p.idx.data(), p.w.data(), ctx, ws.get(),
-                               out, &t);
+    st = ep_moe_forward_routed(MoeLayerArgs::f32(sl.config, sl.layer, p.x.data(), p.tokens, out),
+                               {p.idx.data(), p.w.data(), p.tokens, sl.config.router.top_k}, ctx, ws.get(), &t);
     const double dt = now_seconds() - t0;
     if (!st.ok()) die(p.comm->rank(), what, st);
     if (i == warmup - 1) repeats = adapt_repeats(dt, repeats);

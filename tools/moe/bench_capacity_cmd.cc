@@ -148,7 +148,7 @@ LayerSim simulate_layer(const Source& s, size_t layer, const CapacityFlags& f,
           std::fill(w.begin(), w.end(), 1.0f / static_cast<float>(k));
           const CapacityOptions opt{policies[pi], f.factors[fi]};
           const Status status =
-              apply_capacity(opt, nullptr, B, k, E, idx.data(), w.data(), step.ranked.data(), &counts);
+              apply_capacity(opt, nullptr, E, {idx.data(), w.data(), B, k, step.ranked.data()}, &counts);
           MOE_CHECK(status.ok());
           if (policies[pi] == OverflowPolicy::kDrop) {
             MOE_CHECK(counts.dropped == dropped_assignments(per, counts.capacity));

@@ -151,18 +151,18 @@ StageTimes time_single_layer(const BenchLayer& bl, const BenchLayer& move, const
     const double t0 = now_seconds();
     linear(x.data(), tokens, bl.layer.router, logits.data(), KernelOptions{});
     const double t1 = now_seconds();
-    route_topk(logits.data(), tokens, rc, bias, nullptr, idx.data(), w.data(), reroute ? ranked.data() : nullptr);
+    const TopkRouting routing{idx.data(), w.data(), tokens, k, reroute ? ranked.data() : nullptr};
+    route_topk(rc, {logits.data(), bias}, routing);
     const double t2 = now_seconds();
-    const Status st = apply_capacity(capacity, nullptr, tokens, k, E, idx.data(), w.data(),
-                                     reroute ? ranked.data() : nullptr, &counts);
+    const Status st = apply_capacity(capacity, nullptr, E, routing, &counts);
     MOE_CHECK(st.ok());  // nothing can fail without a communicator
     const double t3 = now_seconds();
-    grouped_expert_ffn(bl.config, bl.layer, x.data(), tokens, idx.data(), w.data(), k, &ws, out.data());
+    grouped_expert_ffn(MoeLayerArgs::f32(bl.config, bl.layer, x.data(), tokens, out.data()), routing.view(), &ws);
     const double t4 = now_seconds();
-    group_by_expert(idx.data(), w.data(), tokens, k, E, &groups);
+    group_by_expert(routing.view(), E, &groups);
     const double t5 = now_seconds();
-    grouped_expert_ffn(move.config, move.layer, x.data(), tokens, idx.data(), w.data(), k, &ws_move,
-                       out_move.data());
+    grouped_expert_ffn(MoeLayerArgs::f32(move.config, move.layer, x.data(), tokens, out_move.data()), routing.view(),
+                       &ws_move);
     const double t6 = now_seconds();
     if (i == 0) {
       repeats = adapt(t6 - t0, iters);
@@ -210,7 +210,7 @@ Status time_ep_layer(const BenchLayer& bl, Communicator* comm, const ExpertPlace
                      EpStageTimes* out) {
   EpContext ctx{comm, placement, EpOptions{}};
   ctx.options.capacity = capacity;
-  EpWorkspacePtr ws = make_ep_workspace();
+  EpWorkspacePtr ws = make_ep_workspace(bl.config, ctx, tokens);
   std::vector<float> y(static_cast<size_t>(tokens) * static_cast<size_t>(bl.config.hidden_size));
   std::vector<double> call, compute, wait;
   int repeats = iters;
@@ -218,7 +218,8 @@ Status time_ep_layer(const BenchLayer& bl, Communicator* comm, const ExpertPlace
     MOE_RETURN_IF_ERROR(comm->barrier());
     EpTimings t;
     const double t0 = now_seconds();
-    MOE_RETURN_IF_ERROR(ep_moe_forward(bl.config, bl.layer, x.data(), tokens, ctx, ws.get(), y.data(), &t));
+    MOE_RETURN_IF_ERROR(
+        ep_moe_forward(MoeLayerArgs::f32(bl.config, bl.layer, x.data(), tokens, y.data()), ctx, ws.get(), &t));
     const double dt = now_seconds() - t0;
     if (i == 0) {
       std::vector<double> d = {dt};  // every rank must agree on the count

@@ -74,9 +74,13 @@ Status allgather_ints(Communicator* comm, const std::vector<int>& mine, std::vec
 
 }  // namespace
 
-Status apply_capacity(const CapacityOptions& options, Communicator* comm, int64_t num_tokens, int top_k,
-                      int num_experts, int* topk_idx, float* topk_weights, const int* ranked,
+Status apply_capacity(const CapacityOptions& options, Communicator* comm, int num_experts, const TopkRouting& routing,
                       StepRoutingCounts* counts) {
+  const int64_t num_tokens = routing.num_tokens;
+  const int top_k = routing.num_topk;
+  int* topk_idx = routing.topk_idx;
+  float* topk_weights = routing.topk_weights;
+  const int* ranked = routing.ranked;
   const int R = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
   const size_t E = static_cast<size_t>(num_experts);
   const int64_t n_assign = num_tokens * top_k;

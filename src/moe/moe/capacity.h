@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "moe/comm/communicator.h"
+#include "moe/moe/topk_routing.h"
 #include "moe/status.h"
 
 namespace moe {
@@ -57,14 +58,13 @@ struct StepRoutingCounts {
 };
 
 // Applies `options` to this rank's routing in place and fills `counts`.
-//   topk_idx, topk_weights: [num_tokens, top_k] (router output, best first)
-//   ranked: [num_tokens, num_experts] selection order from route_topk(..., ranked)
-//           (-1 padded); required for kReroute, else may be null
-//   comm:   the EP group (collective: every rank calls it, with its own tokens, possibly
-//           none), or nullptr for a single process.
+//   routing: topk_idx, topk_weights [num_tokens, num_topk] (router output, best first),
+//            rewritten in place; routing.ranked [num_tokens, num_experts] (route_topk's
+//            selection order, -1 padded) is required for kReroute, else may be null
+//   comm:    the EP group (collective: every rank calls it, with its own tokens, possibly
+//            none), or nullptr for a single process.
 // Errors: communication errors from comm.
-Status apply_capacity(const CapacityOptions& options, Communicator* comm, int64_t num_tokens, int top_k,
-                      int num_experts, int* topk_idx, float* topk_weights, const int* ranked,
+Status apply_capacity(const CapacityOptions& options, Communicator* comm, int num_experts, const TopkRouting& routing,
                       StepRoutingCounts* counts);
 
 }  // namespace moe

@@ -4,8 +4,12 @@
 
 namespace moe {
 
-Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, int num_tokens, int top_k,
-                               const ExpertPlacement& placement, DispatchLayout* L, const int* assign_rank) {
+Status compute_dispatch_layout(const TopkRoutingView& routing, const ExpertPlacement& placement, DispatchLayout* L,
+                               const int* assign_rank) {
+  const int* topk_idx = routing.topk_idx;
+  const float* topk_weights = routing.topk_weights;
+  const int num_tokens = static_cast<int>(routing.num_tokens);
+  const int top_k = routing.num_topk;
   // The rank computing assignment i: the chosen replica, or the expert's only rank.
   auto dest = [&](int64_t i, int e) { return assign_rank != nullptr ? assign_rank[i] : placement.rank_of(e); };
   const int num_ranks = placement.num_ranks();

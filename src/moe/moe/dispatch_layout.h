@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "moe/moe/topk_routing.h"
 #include "moe/placement/expert_placement.h"
 #include "moe/status.h"
 
@@ -33,15 +34,15 @@ struct DispatchLayout {
 // An assignment dropped by the capacity policy (moe/capacity.h): skipped everywhere.
 inline constexpr int kDroppedExpert = -1;
 
-// topk_idx, topk_weights: [num_tokens, top_k]; kDroppedExpert entries are skipped (a
-// token with all its assignments dropped is sent nowhere). InvalidArgument (naming the token, slot
-// and expert) for an expert id outside [0, num_experts) or listed twice in one row;
-// `layout` is then left unspecified. Deterministic: depends only on the inputs.
-// assign_rank: optional [num_tokens, top_k] rank that computes each assignment (the
+// routing: topk_idx, topk_weights [num_tokens, num_topk]; kDroppedExpert entries are
+// skipped (a token with all its assignments dropped is sent nowhere). InvalidArgument
+// (naming the token, slot and expert) for an expert id outside [0, num_experts) or
+// listed twice in one row; `layout` is then left unspecified. Deterministic: depends
+// only on the inputs.
+// assign_rank: optional [num_tokens, num_topk] rank that computes each assignment (the
 // replica chosen by choose_replicas, which must hold the expert); nullptr = each
 // expert's first replica.
-Status compute_dispatch_layout(const int* topk_idx, const float* topk_weights, int num_tokens, int top_k,
-                               const ExpertPlacement& placement, DispatchLayout* layout,
+Status compute_dispatch_layout(const TopkRoutingView& routing, const ExpertPlacement& placement, DispatchLayout* layout,
                                const int* assign_rank = nullptr);
 
 }  // namespace moe

@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "moe/core/check.h"
 #include "moe/core/clock.h"
 #include "moe/moe/ep_wire.h"
 #include "moe/placement/replica_choice.h"
@@ -26,12 +27,17 @@ struct HierWorkspace {
   std::vector<int> gw_e, recv_e, gw_token;  // gw_token: own-node gateway rows -> token
   std::vector<int> assign, gw_dest, rank_node;  // chosen replica ranks (source, gateway)
   std::vector<int64_t> load;
+  std::vector<int> own_e;    // [own_rows, top_k] own-node gateway rows' expert ids
+  std::vector<float> own_w;  // [own_rows, top_k] their weights
   int own_rows = 0;
+  ExpertWorkspace experts;
 };
 
 void HierWorkspaceDeleter::operator()(HierWorkspace* ws) const { delete ws; }
-std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> make_hier_workspace() {
-  return std::unique_ptr<HierWorkspace, HierWorkspaceDeleter>(new HierWorkspace());
+std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> make_hier_workspace(const KernelOptions& kernel) {
+  std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> ws(new HierWorkspace());
+  ws->experts.kernel = kernel;
+  return ws;
 }
 
 namespace {
@@ -154,10 +160,16 @@ Status combine_back(Communicator& comm, const Wire& wire, const StageRows& s, co
 
 }  // namespace
 
-Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& layer, const float* x,
-                               int64_t num_tokens, const int* topk_idx, const float* topk_weights,
-                               const EpContext& ctx, HierWorkspace* ws, ExpertWorkspace* experts, float* out,
-                               EpTimings* timings) {
+Status ep_hierarchical_forward(const MoeLayerArgs& args, const TopkRoutingView& topk, const EpContext& ctx,
+                               HierWorkspace* ws, EpTimings* timings) {
+  check_moe_layer_args(args);
+  MOE_CHECK(topk.num_tokens == args.num_tokens() && topk.num_topk == args.config.router.top_k);
+  const ModelConfig& config = args.config;
+  const float* x = args.x_data();
+  float* out = args.out_data();
+  const int64_t num_tokens = topk.num_tokens;
+  const int* topk_idx = topk.topk_idx;
+  const float* topk_weights = topk.topk_weights;
   Communicator& comm = *ctx.comm;
   const ExpertPlacement& placement = ctx.placement;
   const int R = comm.size(), me = comm.rank(), my_node = comm.node_of(me);
@@ -205,8 +217,10 @@ Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& la
   s1.weight.clear();
   s1.send_count.assign(static_cast<size_t>(R), routing.ok() ? 0 : -1);
   ws->gw_token.clear();
-  std::vector<int> own_e, node_rows_dest;
-  std::vector<float> own_w;
+  std::vector<int>& own_e = ws->own_e;
+  std::vector<float>& own_w = ws->own_w;
+  own_e.clear();
+  own_w.clear();
   if (routing.ok()) {
     // Rows grouped by destination gateway rank (ascending), tokens ascending.
     for (int dest = 0; dest < R; ++dest) {
@@ -324,7 +338,8 @@ Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& la
   // Experts, then combine back: stage 2 into gateway rows, stage 1 into tokens.
   const double tc = now_seconds();
   float* y = grow(ws->y, static_cast<size_t>(s2.num_recv * wire.hidden));
-  grouped_expert_ffn(config, layer, ws->recv_x.data(), s2.num_recv, ws->recv_e.data(), ws->recv_w.data(), k, experts, y);
+  const MoeLayerArgs rows_args = MoeLayerArgs::f32(config, args.layer, ws->recv_x.data(), s2.num_recv, y);
+  grouped_expert_ffn(rows_args, TopkRoutingView{ws->recv_e.data(), ws->recv_w.data(), s2.num_recv, k}, &ws->experts);
   if (timings) timings->compute_seconds += now_seconds() - tc;
   float* gout = grow(ws->gw_out, static_cast<size_t>(G * wire.hidden));
   std::memset(gout, 0, static_cast<size_t>(G * wire.hidden) * sizeof(float));

@@ -22,17 +22,20 @@
 
 namespace moe {
 
+// Buffers of the hierarchical exchange, reused across layers and steps. They grow on
+// the first steps and are then reused: the rows a rank forwards as a gateway or receives
+// in stage 2 depend on every rank's routing (up to num_ranks^2 * max_tokens rows), too
+// loose a bound to allocate up front.
 struct HierWorkspace;
 struct HierWorkspaceDeleter {
   void operator()(HierWorkspace* ws) const;
 };
-std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> make_hier_workspace();
+// `kernel`: how its expert projections run.
+std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> make_hier_workspace(const KernelOptions& kernel = {});
 
-// Same contract as ep_moe_forward_routed (out [num_tokens, hidden] overwritten;
+// Same contract as ep_moe_forward_routed (args.out [num_tokens, hidden] overwritten;
 // collective; a bad routing fails every rank together). Blocking exchanges.
-Status ep_hierarchical_forward(const ModelConfig& config, const LayerWeights& layer, const float* x,
-                               int64_t num_tokens, const int* topk_idx, const float* topk_weights,
-                               const EpContext& ctx, HierWorkspace* ws, ExpertWorkspace* experts, float* out,
-                               EpTimings* timings);
+Status ep_hierarchical_forward(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ctx,
+                               HierWorkspace* ws, EpTimings* timings);
 
 }  // namespace moe

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 
+#include "moe/core/check.h"
 #include "moe/core/clock.h"
 #include "moe/moe/ep_hierarchical.h"
 #include "moe/moe/ep_wire.h"
@@ -44,11 +45,66 @@ struct EpWorkspace {
 };
 
 void EpWorkspaceDeleter::operator()(EpWorkspace* ws) const { delete ws; }
-EpWorkspacePtr make_ep_workspace(const KernelOptions& kernel) {
+
+namespace {
+
+// A flat-exchange micro-batch of up to n tokens per rank, over R ranks: at most R * n
+// rows arrive (a token goes to a rank once) and n * R rows leave.
+void reserve_micro_batch(MicroBatch& mb, const ModelConfig& config, const EpContext& ctx, int64_t n) {
+  const size_t R = static_cast<size_t>(ctx.comm->size());
+  const size_t E = static_cast<size_t>(config.router.num_experts), k = static_cast<size_t>(config.router.top_k);
+  const size_t hidden = static_cast<size_t>(config.hidden_size);
+  const size_t act_bytes = ctx.options.a2a_bf16 ? 2 : 4;
+  const size_t row_bytes = hidden * act_bytes + k * (sizeof(int) + sizeof(float));
+  const size_t rows = R * static_cast<size_t>(n);  // bound on rows sent and on rows received
+  DispatchLayout& L = mb.layout;
+  L.num_tokens_per_rank.reserve(R);
+  L.num_tokens_per_expert.reserve(E);
+  L.is_token_in_rank.reserve(static_cast<size_t>(n) * R);
+  L.send_offsets.reserve(R + 1);
+  L.send_token_idx.reserve(rows);
+  L.send_expert.reserve(rows * k);
+  L.send_weight.reserve(rows * k);
+  for (auto* v : {&mb.send_rows, &mb.recv_rows}) v->reserve(R);
+  for (auto* v : {&mb.send_bytes, &mb.recv_bytes, &mb.back_send_bytes, &mb.back_recv_bytes}) v->reserve(R);
+  mb.send_buf.reserve(rows * row_bytes + 1);
+  mb.recv_buf.reserve(rows * row_bytes + 1);
+  mb.back_send_buf.reserve(rows * hidden * act_bytes + 1);
+  mb.back_recv_buf.reserve(rows * hidden * act_bytes + 1);
+  mb.recv_x.reserve(rows * hidden + 1);
+  mb.y.reserve(rows * hidden + 1);
+  mb.recv_e.reserve(rows * k + 1);
+  mb.recv_w.reserve(rows * k + 1);
+  if (ctx.placement.has_replicas()) {
+    mb.assign.reserve(static_cast<size_t>(n) * k);
+    mb.replica_load.reserve(R);
+  }
+}
+
+}  // namespace
+
+EpWorkspacePtr make_ep_workspace(const ModelConfig& config, const EpContext& ctx, int64_t max_tokens,
+                                 const KernelOptions& kernel) {
   EpWorkspacePtr ws(new EpWorkspace());
   ws->moe.kernel = kernel;
   ws->moe.experts.kernel = kernel;
   ws->experts.kernel = kernel;
+  ws->hier = make_hier_workspace(kernel);
+  ws->moe.reserve(config, max_tokens);
+  const int R = ctx.comm->size();
+  ws->row.reserve(static_cast<size_t>(config.hidden_size));
+  ws->expert_node.reserve(static_cast<size_t>(config.router.num_experts));
+  ws->rank_node.reserve(static_cast<size_t>(R));
+  if (!ctx.options.hierarchical) {
+    // Rows received per call: at most R * (tokens per rank).
+    ws->experts.reserve(config, R * max_tokens);
+    if (ctx.options.overlap) {
+      reserve_micro_batch(ws->mb[0], config, ctx, max_tokens / 2);
+      reserve_micro_batch(ws->mb[1], config, ctx, max_tokens - max_tokens / 2);
+    } else {
+      reserve_micro_batch(ws->mb[0], config, ctx, max_tokens);
+    }
+  }
   return ws;
 }
 
@@ -73,7 +129,8 @@ struct Ctx {
 };
 
 // Layout, counts exchange, packed send buffer.
-Status prepare(Ctx& c, MicroBatch& mb, const float* x, const int* topk_idx, const float* topk_w) {
+Status prepare(Ctx& c, MicroBatch& mb, const float* x, const TopkRoutingView& routing) {
+  const TopkRoutingView mine = routing.rows(mb.t0, mb.n);  // [n, top_k]
   Communicator& comm = *c.ep.comm;
   const int R = comm.size();
   // A bad routing on this rank is announced in the counts exchange (count -1), so that
@@ -81,12 +138,11 @@ Status prepare(Ctx& c, MicroBatch& mb, const float* x, const int* topk_idx, cons
   const int* assign = nullptr;
   if (c.ep.placement.has_replicas()) {
     mb.assign.resize(static_cast<size_t>(mb.n * c.top_k));
-    choose_replicas(c.ep.placement, topk_idx + mb.t0 * c.top_k, mb.n, c.top_k, comm.rank(), c.ws->rank_node,
-                    &mb.replica_load, mb.assign.data());
+    choose_replicas(c.ep.placement, mine.topk_idx, mb.n, c.top_k, comm.rank(), c.ws->rank_node, &mb.replica_load,
+                    mb.assign.data());
     assign = mb.assign.data();
   }
-  Status layout_status = compute_dispatch_layout(topk_idx + mb.t0 * c.top_k, topk_w + mb.t0 * c.top_k,
-                                                 static_cast<int>(mb.n), c.top_k, c.ep.placement, &mb.layout, assign);
+  Status layout_status = compute_dispatch_layout(mine, c.ep.placement, &mb.layout, assign);
   if (layout_status.ok()) {
     mb.send_rows.assign(mb.layout.num_tokens_per_rank.begin(), mb.layout.num_tokens_per_rank.end());
   } else {
@@ -175,7 +231,8 @@ Status finish_dispatch_and_compute(Ctx& c, MicroBatch& mb, MicroBatch* other) {
   poke(other);
   const double t0 = now_seconds();
   float* y = grow(mb.y, static_cast<size_t>(n * c.hidden) + 1);
-  grouped_expert_ffn(c.config, c.layer, rx, n, re, rw, c.top_k, &c.ws->experts, y);
+  grouped_expert_ffn(MoeLayerArgs::f32(c.config, c.layer, rx, n, y), TopkRoutingView{re, rw, n, c.top_k},
+                     &c.ws->experts);
   if (c.timings) c.timings->compute_seconds += now_seconds() - t0;
   poke(other);
   return ok_status();
@@ -217,18 +274,20 @@ Status finish_combine(Ctx& c, MicroBatch& mb, float* out) {
 
 }  // namespace
 
-Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& layer, const float* x,
-                             int64_t num_tokens, const int* topk_idx, const float* topk_weights,
-                             const EpContext& ep, EpWorkspace* ws, float* out, EpTimings* timings) {
-  if (ep.options.hierarchical) {
-    return ep_hierarchical_forward(config, layer, x, num_tokens, topk_idx, topk_weights, ep, ws->hier.get(),
-                                   &ws->experts, out, timings);
-  }
+Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ep,
+                             EpWorkspace* ws, EpTimings* timings) {
+  if (ep.options.hierarchical) return ep_hierarchical_forward(args, routing, ep, ws->hier.get(), timings);
+  check_moe_layer_args(args);
+  MOE_CHECK(routing.num_tokens == args.num_tokens() && routing.num_topk == args.config.router.top_k);
+  const ModelConfig& config = args.config;
+  const float* x = args.x_data();
+  float* out = args.out_data();
+  const int64_t num_tokens = routing.num_tokens;
   if (ws->rank_node.size() != static_cast<size_t>(ep.comm->size())) {
     ws->rank_node.resize(static_cast<size_t>(ep.comm->size()));
     for (int r = 0; r < ep.comm->size(); ++r) ws->rank_node[static_cast<size_t>(r)] = ep.comm->node_of(r);
   }
-  Ctx c{config, layer, ep, ws, timings, config.hidden_size, config.router.top_k,
+  Ctx c{config, args.layer, ep, ws, timings, config.hidden_size, config.router.top_k,
         ep.options.a2a_bf16 ? size_t{2} : size_t{4}, 0};
   c.row_bytes = static_cast<size_t>(c.hidden) * c.act_bytes + static_cast<size_t>(c.top_k) * (sizeof(int) + sizeof(float));
   if (timings) ++timings->calls;
@@ -238,7 +297,7 @@ Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& laye
     MicroBatch& mb = ws->mb[0];
     mb.t0 = 0;
     mb.n = num_tokens;
-    MOE_RETURN_IF_ERROR(prepare(c, mb, x, topk_idx, topk_weights));
+    MOE_RETURN_IF_ERROR(prepare(c, mb, x, routing));
     MOE_RETURN_IF_ERROR(start_dispatch(c, mb));
     MOE_RETURN_IF_ERROR(finish_dispatch_and_compute(c, mb, nullptr));
     MOE_RETURN_IF_ERROR(start_combine(c, mb));
@@ -252,8 +311,8 @@ Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& laye
   a.n = num_tokens / 2;
   b.t0 = a.n;
   b.n = num_tokens - a.n;
-  MOE_RETURN_IF_ERROR(prepare(c, a, x, topk_idx, topk_weights));
-  MOE_RETURN_IF_ERROR(prepare(c, b, x, topk_idx, topk_weights));
+  MOE_RETURN_IF_ERROR(prepare(c, a, x, routing));
+  MOE_RETURN_IF_ERROR(prepare(c, b, x, routing));
   MOE_RETURN_IF_ERROR(start_dispatch(c, a));
   MOE_RETURN_IF_ERROR(start_dispatch(c, b));
   MOE_RETURN_IF_ERROR(finish_dispatch_and_compute(c, a, &b));
@@ -264,8 +323,8 @@ Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& laye
   return finish_combine(c, b, out);
 }
 
-Status ep_moe_forward(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
-                      const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings) {
+Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws, EpTimings* timings) {
+  const ModelConfig& config = args.config;
   const int max_nodes = ctx.options.max_nodes_per_token;
   NodeLimit limit;
   std::vector<int>& expert_node = ws->expert_node;
@@ -276,10 +335,9 @@ Status ep_moe_forward(const ModelConfig& config, const LayerWeights& layer, cons
     }
     limit = NodeLimit{expert_node.data(), ctx.comm->num_nodes(), max_nodes};
   }
-  MOE_RETURN_IF_ERROR(route_tokens(config, layer, x, num_tokens, ctx.options.capacity, ctx.comm,
-                                   limit.expert_node ? &limit : nullptr, &ws->moe));
-  return ep_moe_forward_routed(config, layer, x, num_tokens, ws->moe.topk_idx.data(), ws->moe.topk_weights.data(),
-                               ctx, ws, out, timings);
+  const RouteOptions route{ctx.options.capacity, ctx.comm, limit.expert_node ? &limit : nullptr};
+  MOE_RETURN_IF_ERROR(route_tokens(args, route, &ws->moe));
+  return ep_moe_forward_routed(args, ws->moe.routing(args.num_tokens(), config.router.top_k), ctx, ws, timings);
 }
 
 const StepRoutingCounts& ep_last_routing_counts(const EpWorkspace& ws) { return ws.moe.counts; }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "moe/comm/communicator.h"
@@ -19,6 +20,8 @@
 #include "moe/moe/capacity.h"
 #include "moe/moe/dispatch_layout.h"
 #include "moe/moe/moe_layer.h"
+#include "moe/moe/moe_layer_args.h"
+#include "moe/moe/topk_routing.h"
 #include "moe/placement/expert_placement.h"
 #include "moe/status.h"
 
@@ -39,6 +42,10 @@ struct EpOptions {
   CapacityOptions capacity;
 };
 
+// The EP plan of one MoE layer: plain data, copyable. The engine keeps one per layer
+// (placements differ per layer once rebalanced); the mutable per-caller state, the
+// EpWorkspace and the EpTimings, is passed beside it so that one context can serve
+// several decoders and one workspace every layer.
 struct EpContext {
   Communicator* comm = nullptr;  // not owned
   ExpertPlacement placement;
@@ -59,14 +66,21 @@ struct EpWorkspaceDeleter {
   void operator()(EpWorkspace* ws) const;
 };
 using EpWorkspacePtr = std::unique_ptr<EpWorkspace, EpWorkspaceDeleter>;
-EpWorkspacePtr make_ep_workspace(const KernelOptions& kernel = {});
+// Buffers for ep_moe_forward calls of up to max_tokens tokens per rank with `config`'s
+// MoE layers over ctx's group and options, sized here once (the flat exchange's
+// buffers, for up to ctx.comm->size() * max_tokens received rows; the hierarchical
+// exchange's buffers grow on their first steps). A larger call still works: the buffers
+// grow, as a fallback. `kernel`: how the router and expert projections run. Not
+// thread-safe: one workspace per caller thread.
+EpWorkspacePtr make_ep_workspace(const ModelConfig& config, const EpContext& ctx, int64_t max_tokens,
+                                 const KernelOptions& kernel = {});
 
-// x: [num_tokens, hidden] f32; out: [num_tokens, hidden] f32, overwritten. Collective:
-// every rank of ctx.comm must call it, in the same layer order. Errors: InvalidArgument
-// for a bad routing (duplicate/out-of-range expert), communication errors as returned
-// by the communicator (DeadlineExceeded for a missing peer).
-Status ep_moe_forward(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
-                      const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings = nullptr);
+// args.x: [num_tokens, hidden] f32; args.out: [num_tokens, hidden] f32, overwritten
+// (num_tokens may be 0, with null data). Collective: every rank of ctx.comm must call
+// it, in the same layer order. Errors: InvalidArgument for a bad routing
+// (duplicate/out-of-range expert), communication errors as returned by the
+// communicator (DeadlineExceeded for a missing peer). timings (optional) accumulates.
+Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws, EpTimings* timings = nullptr);
 
 // The global routing counts of the last ep_moe_forward on this workspace (identical
 // on every rank): for load statistics.
@@ -74,8 +88,7 @@ const StepRoutingCounts& ep_last_routing_counts(const EpWorkspace& ws);
 
 // The same, from a given routing (topk_idx/topk_weights: [num_tokens, top_k]); used by
 // tests and benchmarks to feed hand-made or skewed routings.
-Status ep_moe_forward_routed(const ModelConfig& config, const LayerWeights& layer, const float* x,
-                             int64_t num_tokens, const int* topk_idx, const float* topk_weights,
-                             const EpContext& ctx, EpWorkspace* ws, float* out, EpTimings* timings = nullptr);
+Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ctx,
+                             EpWorkspace* ws, EpTimings* timings = nullptr);
 
 }  // namespace moe

@@ -15,11 +15,12 @@ T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-}  // namespace
-
-void group_by_expert(const int* topk_idx, const float* topk_weights, int64_t num_rows, int top_k,
-                     int num_experts, ExpertGroups* g) {
-  const int64_t n = num_rows * top_k;
+// group_by_expert with its cursor scratch.
+void group_rows(const TopkRoutingView& rows, int num_experts, ExpertGroups* g, std::vector<int>* cursor_scratch) {
+  const int* topk_idx = rows.topk_idx;
+  const float* topk_weights = rows.topk_weights;
+  const int top_k = rows.num_topk;
+  const int64_t n = rows.num_tokens * top_k;
   g->tokens_per_expert.assign(static_cast<size_t>(num_experts), 0);
   for (int64_t i = 0; i < n; ++i) {
     if (topk_idx[i] >= 0) ++g->tokens_per_expert[static_cast<size_t>(topk_idx[i])];
@@ -32,7 +33,8 @@ void group_by_expert(const int* topk_idx, const float* topk_weights, int64_t num
   const size_t valid = static_cast<size_t>(g->offsets.back());
   g->token_idx.resize(valid);
   g->weight.resize(valid);
-  std::vector<int> cursor(g->offsets.begin(), g->offsets.end() - 1);
+  std::vector<int>& cursor = *cursor_scratch;
+  cursor.assign(g->offsets.begin(), g->offsets.end() - 1);
   for (int64_t i = 0; i < n; ++i) {
     const int e = topk_idx[i];
     if (e < 0) continue;
@@ -42,13 +44,42 @@ void group_by_expert(const int* topk_idx, const float* topk_weights, int64_t num
   }
 }
 
-void grouped_expert_ffn(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_rows,
-                        const int* row_expert, const float* row_weight, int top_k, ExpertWorkspace* ws,
-                        float* out) {
+}  // namespace
+
+void group_by_expert(const TopkRoutingView& rows, int num_experts, ExpertGroups* groups) {
+  std::vector<int> cursor;
+  group_rows(rows, num_experts, groups, &cursor);
+}
+
+void ExpertWorkspace::reserve(const ModelConfig& config, int64_t max_rows) {
+  const size_t E = static_cast<size_t>(config.router.num_experts);
+  const int64_t hidden = config.hidden_size, inter = config.moe_intermediate_size;
+  const int64_t assignments = max_rows * config.router.top_k;
+  const int64_t cap = std::min(assignments, std::max<int64_t>(1, max_chunk_rows));
+  gathered.reserve(static_cast<size_t>(cap * hidden));
+  expert_out.reserve(static_cast<size_t>(cap * hidden));
+  gate.reserve(static_cast<size_t>(cap * inter));
+  up.reserve(static_cast<size_t>(cap * inter));
+  jobs.reserve(2 * E);
+  groups.tokens_per_expert.reserve(E);
+  groups.offsets.reserve(E + 1);
+  groups.token_idx.reserve(static_cast<size_t>(assignments));
+  groups.weight.reserve(static_cast<size_t>(assignments));
+  cursor.reserve(E);
+}
+
+void grouped_expert_ffn(const MoeLayerArgs& args, const TopkRoutingView& routing, ExpertWorkspace* ws) {
+  check_moe_layer_args(args);
+  MOE_CHECK(routing.num_tokens == args.num_tokens());
+  const ModelConfig& config = args.config;
+  const LayerWeights& layer = args.layer;
+  const float* x = args.x_data();
+  float* out = args.out_data();
+  const int64_t num_rows = routing.num_tokens;
   const int num_experts = config.router.num_experts;
   const int64_t hidden = config.hidden_size;
   const int64_t inter = config.moe_intermediate_size;
-  group_by_expert(row_expert, row_weight, num_rows, top_k, num_experts, &ws->groups);
+  group_rows(routing, num_experts, &ws->groups, &ws->cursor);
   const ExpertGroups& g = ws->groups;
   const int64_t n_assign = g.offsets.back();
   if (num_rows > 0) std::memset(out, 0, static_cast<size_t>(num_rows * hidden) * sizeof(float));

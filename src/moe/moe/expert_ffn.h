@@ -13,6 +13,8 @@
 
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
+#include "moe/moe/moe_layer_args.h"
+#include "moe/moe/topk_routing.h"
 #include "moe/ops/linear.h"
 
 namespace moe {
@@ -25,13 +27,13 @@ struct ExpertGroups {
   std::vector<float> weight;           // [num_valid] its weight
 };
 
-// Groups the [num_rows, top_k] assignments by expert (rows ascending within an expert).
-// Entries with expert id < 0 are skipped (slots for experts held elsewhere).
-// Precondition: ids < num_experts.
-void group_by_expert(const int* topk_idx, const float* topk_weights, int64_t num_rows, int top_k,
-                     int num_experts, ExpertGroups* groups);
+// Groups the [num_rows, num_topk] assignments of `rows` (num_rows = rows.num_tokens) by
+// expert (rows ascending within an expert). Entries with expert id < 0 are skipped
+// (slots for experts held elsewhere). Precondition: ids < num_experts.
+void group_by_expert(const TopkRoutingView& rows, int num_experts, ExpertGroups* groups);
 
-// Buffers reused across layers and steps (grown on demand).
+// Buffers reused across layers and steps. reserve() sizes them once for a batch limit;
+// a larger batch still works (the buffers grow: a fallback, not the plan).
 struct ExpertWorkspace {
   // Dropless mode's memory bound: at most this many (row, expert) assignments are
   // gathered and computed at once; larger batches are processed in chunks. Buffers:
@@ -41,11 +43,16 @@ struct ExpertWorkspace {
   std::vector<LinearJob> jobs;
   ExpertGroups groups;
   KernelOptions kernel;  // how the expert projections run (set by the owner)
+  std::vector<int> cursor;  // group_by_expert scratch: [num_experts]
+
+  // Capacity for calls of up to max_rows rows of `config`'s MoE layers (call once,
+  // after setting max_chunk_rows, before the layer loop).
+  void reserve(const ModelConfig& config, int64_t max_rows);
 };
 
-// x: [num_rows, hidden] f32; row_expert, row_weight: [num_rows, top_k];
-// out: [num_rows, hidden] f32, overwritten. Every expert referenced must be loaded.
-void grouped_expert_ffn(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_rows,
-                        const int* row_expert, const float* row_weight, int top_k, ExpertWorkspace* ws, float* out);
+// args.x: [num_rows, hidden] f32 (rows: tokens, or rows received from other ranks);
+// routing: the rows' expert ids and weights [num_rows, num_topk] (-1: skip the slot);
+// args.out: [num_rows, hidden] f32, overwritten. Every expert referenced must be loaded.
+void grouped_expert_ffn(const MoeLayerArgs& args, const TopkRoutingView& routing, ExpertWorkspace* ws);
 
 }  // namespace moe

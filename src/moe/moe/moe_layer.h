@@ -14,31 +14,46 @@
 #include "moe/model/weights.h"
 #include "moe/moe/capacity.h"
 #include "moe/moe/expert_ffn.h"
+#include "moe/moe/moe_layer_args.h"
 #include "moe/moe/router.h"
 
 namespace moe {
 
-// Reusable buffers, grown on demand, so the layer loop does not allocate per step.
+// Reusable buffers of the single-process layer (and of the routing step under EP).
+// reserve() sizes them once from the config and the batch limit, so the layer loop does
+// not allocate; a larger batch still works (the buffers grow: a fallback, not the plan).
 struct MoeWorkspace {
   std::vector<float> router_logits, topk_weights;
   std::vector<int> topk_idx, ranked;
   StepRoutingCounts counts;  // the last step's global routing counts (for load statistics)
   ExpertWorkspace experts;
   KernelOptions kernel;  // how the router and expert projections run (set by the owner)
+
+  // Capacity for calls of up to max_tokens tokens of `config`'s MoE layers.
+  void reserve(const ModelConfig& config, int64_t max_tokens);
+  // The routing of the last route_tokens call ([num_tokens, top_k]).
+  TopkRoutingView routing(int64_t num_tokens, int top_k) const {
+    return {topk_idx.data(), topk_weights.data(), num_tokens, top_k};
+  }
 };
 
-// Routes num_tokens rows of x [num_tokens, hidden]: router logits, route_topk (with the
-// layer's score bias and the optional node limit), then the capacity policy over the
-// EP group `comm` (nullptr: this process alone). Fills ws->topk_idx / topk_weights
-// [num_tokens, top_k] and ws->counts. Collective when comm is set (every rank calls
-// it, possibly with 0 tokens). Errors: communication errors.
-Status route_tokens(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
-                    const CapacityOptions& capacity, Communicator* comm, const NodeLimit* node_limit,
-                    MoeWorkspace* ws);
+// How route_tokens limits a step's routing.
+struct RouteOptions {
+  CapacityOptions capacity;               // overflow policy over the group
+  Communicator* comm = nullptr;           // the EP group; nullptr: this process alone
+  const NodeLimit* node_limit = nullptr;  // optional node-limited routing
+};
 
-// x: [num_tokens, hidden] f32 (post-attention-norm activations); out: [num_tokens, hidden]
-// f32, overwritten. Every expert used must be loaded.
-void moe_forward(const ModelConfig& config, const LayerWeights& layer, const float* x, int64_t num_tokens,
-                 MoeWorkspace* ws, float* out, const CapacityOptions& capacity = {});
+// Routes the rows of args.x [num_tokens, hidden]: router logits, route_topk (with the
+// layer's score bias and the optional node limit), then the capacity policy over the
+// EP group options.comm. Fills ws->topk_idx / topk_weights [num_tokens, top_k] (see
+// ws->routing()) and ws->counts; args.out is not touched. Collective when comm is set
+// (every rank calls it, possibly with 0 tokens). Errors: communication errors.
+Status route_tokens(const MoeLayerArgs& args, const RouteOptions& options, MoeWorkspace* ws);
+
+// args.out = the MoE block of args.x (both [num_tokens, hidden] f32), under the
+// capacity policy `capacity` over this process's batch. Every expert used must be
+// loaded. Not thread-safe per workspace.
+void moe_forward(const MoeLayerArgs& args, MoeWorkspace* ws, const CapacityOptions& capacity = {});
 
 }  // namespace moe

@@ -71,10 +71,17 @@ struct BucketLimiter {
 
 }  // namespace
 
-void route_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, const float* score_bias,
-                const NodeLimit* node_limit, int* topk_idx, float* topk_weights, int* ranked) {
+void route_topk(const RouterConfig& cfg, const RouterInputs& in, const TopkRouting& out) {
+  const float* logits = in.logits;
+  const float* score_bias = in.score_bias;
+  const NodeLimit* node_limit = in.node_limit;
+  const int64_t num_tokens = out.num_tokens;
+  int* topk_idx = out.topk_idx;
+  float* topk_weights = out.topk_weights;
+  int* ranked = out.ranked;
   const int E = cfg.num_experts, k = cfg.top_k;
   MOE_CHECK(k >= 1 && k <= E);
+  MOE_CHECK(out.num_topk == k);
   const bool biased = cfg.has_score_bias();
   MOE_CHECK(!biased || score_bias != nullptr);
   const bool grouped = cfg.topk_method != RouterConfig::TopkMethod::kGreedy && cfg.n_group > 1;
@@ -112,10 +119,10 @@ void route_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg
     };
     if (ranked != nullptr) {
       std::sort(order.begin(), order.end(), better);
-      int* out = ranked + t * E;
+      int* dst = ranked + t * E;
       for (int i = 0; i < E; ++i) {
         const int e = order[static_cast<size_t>(i)];
-        out[i] = sel[static_cast<size_t>(e)] == kMasked ? -1 : e;
+        dst[i] = sel[static_cast<size_t>(e)] == kMasked ? -1 : e;
       }
     } else {
       std::partial_sort(order.begin(), order.begin() + k, order.end(), better);
@@ -133,16 +140,13 @@ void route_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg
   }
 }
 
-void route_softmax_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, int* topk_idx,
-                        float* topk_weights) {
-  route_topk(logits, num_tokens, cfg, nullptr, nullptr, topk_idx, topk_weights);
+void route_softmax_topk(const RouterConfig& cfg, const float* logits, const TopkRouting& out) {
+  route_topk(cfg, RouterInputs{logits, nullptr, nullptr}, out);
 }
 
-void route_softmax_topk_node_limited(const float* logits, int64_t num_tokens, const RouterConfig& cfg,
-                                     const int* expert_node, int num_nodes, int max_nodes, int* topk_idx,
-                                     float* topk_weights) {
-  const NodeLimit limit{expert_node, num_nodes, max_nodes};
-  route_topk(logits, num_tokens, cfg, nullptr, &limit, topk_idx, topk_weights);
+void route_softmax_topk_node_limited(const RouterConfig& cfg, const float* logits, const NodeLimit& limit,
+                                     const TopkRouting& out) {
+  route_topk(cfg, RouterInputs{logits, nullptr, &limit}, out);
 }
 
 }  // namespace moe

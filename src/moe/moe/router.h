@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "moe/model/config.h"
+#include "moe/moe/topk_routing.h"
 
 namespace moe {
 
@@ -37,25 +38,26 @@ struct NodeLimit {
   int max_nodes = 0;  // M >= 1; a limit >= num_nodes changes nothing
 };
 
-// logits:       [num_tokens, num_experts] f32 router logits
-// score_bias:   [num_experts] f32 e_score_correction_bias; required when
-//               cfg.has_score_bias(), ignored otherwise
-// node_limit:   optional (nullptr = none)
-// topk_idx:     [num_tokens, top_k] expert ids, best selection score first
-// topk_weights: [num_tokens, top_k] f32
-// ranked:       optional [num_tokens, num_experts]: every expert the token may use
-//               (not masked by a group or node limit) in selection order, the top-k
-//               first, then -1 padding (capacity's reroute policy walks it)
-void route_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, const float* score_bias,
-                const NodeLimit* node_limit, int* topk_idx, float* topk_weights, int* ranked = nullptr);
+// What a router reads besides its config.
+struct RouterInputs {
+  const float* logits = nullptr;          // [num_tokens, num_experts] f32 router logits
+  const float* score_bias = nullptr;      // [num_experts] f32 e_score_correction_bias; required when
+                                          //   cfg.has_score_bias(), ignored otherwise
+  const NodeLimit* node_limit = nullptr;  // optional (nullptr = none)
+};
+
+// Routes out.num_tokens tokens: fills out.topk_idx (best selection score first) and
+// out.topk_weights, and out.ranked when it is set (width cfg.num_experts).
+// Preconditions (MOE_CHECK): out.num_topk == cfg.top_k, 1 <= top_k <= num_experts.
+// Thread-safe for distinct outputs (no shared state).
+void route_topk(const RouterConfig& cfg, const RouterInputs& in, const TopkRouting& out);
 
 // route_topk without bias or node limit (Mixtral/Qwen routers).
-void route_softmax_topk(const float* logits, int64_t num_tokens, const RouterConfig& cfg, int* topk_idx,
-                        float* topk_weights);
+//   logits: [out.num_tokens, cfg.num_experts] f32
+void route_softmax_topk(const RouterConfig& cfg, const float* logits, const TopkRouting& out);
 
 // route_topk with a node limit and no bias.
-void route_softmax_topk_node_limited(const float* logits, int64_t num_tokens, const RouterConfig& cfg,
-                                     const int* expert_node, int num_nodes, int max_nodes, int* topk_idx,
-                                     float* topk_weights);
+void route_softmax_topk_node_limited(const RouterConfig& cfg, const float* logits, const NodeLimit& limit,
+                                     const TopkRouting& out);
 
 }  // namespace moe

@@ -30,7 +30,7 @@ Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const D
       ep_(options.ep),
       kernel_(options.kernel),
       attention_(std::make_unique<GqaAttention>(config, weights, options.kernel)),
-      moe_block_(std::make_unique<MoeBlock>(config, weights, options.ep, options.kernel)),
+      moe_block_(std::make_unique<MoeBlock>(config, weights, options.ep, options.kernel, kMaxChunk)),
       dense_block_(std::make_unique<DenseMlpBlock>(weights, options.kernel)) {
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     ffn_.push_back(config.is_moe_layer(l) ? static_cast<FeedForwardBlock*>(moe_block_.get()) : dense_block_.get());

@@ -13,9 +13,13 @@ Status DenseMlpBlock::forward(int layer, const TensorView& x, const TensorView& 
 }
 
 MoeBlock::MoeBlock(const ModelConfig& config, const ModelWeights& weights, const std::vector<EpContext>* ep,
-                   const KernelOptions& kernel)
-    : config_(config), weights_(weights), ep_(ep), ep_ws_(ep ? make_ep_workspace(kernel) : nullptr) {
+                   const KernelOptions& kernel, int64_t max_tokens)
+    : config_(config),
+      weights_(weights),
+      ep_(ep),
+      ep_ws_(ep && !ep->empty() ? make_ep_workspace(config, ep->front(), max_tokens, kernel) : nullptr) {
   moe_ws_.kernel = kernel;
+  moe_ws_.reserve(config, max_tokens);
   mlp_ws_.kernel = kernel;
 }
 
@@ -25,11 +29,11 @@ Status MoeBlock::forward(int layer, const TensorView& x, const TensorView& out) 
   float* mo = out.data_as<float>();
   const int64_t m = x.ndim() == 0 ? 0 : x.dim(0);
   if (ep_ != nullptr) {
-    MOE_RETURN_IF_ERROR(
-        ep_moe_forward(config_, L, h, m, (*ep_)[static_cast<size_t>(layer)], ep_ws_.get(), mo, &ep_timings_));
+    MOE_RETURN_IF_ERROR(ep_moe_forward(MoeLayerArgs::f32(config_, L, h, m, mo), (*ep_)[static_cast<size_t>(layer)],
+                                       ep_ws_.get(), &ep_timings_));
     if (routing_hook_) routing_hook_(layer, ep_last_routing_counts(*ep_ws_));
   } else {
-    moe_forward(config_, L, h, m, &moe_ws_, mo, capacity_);
+    moe_forward(MoeLayerArgs::f32(config_, L, h, m, mo), &moe_ws_, capacity_);
     if (routing_hook_) routing_hook_(layer, moe_ws_.counts);
   }
   add_shared_expert(L, h, m, &mlp_ws_, mo);

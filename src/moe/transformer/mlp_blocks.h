@@ -36,8 +36,10 @@ class MoeBlock final : public FeedForwardBlock {
 
   // `config`, `weights` and `ep` (if set: one context per layer, not owned) must
   // outlive the block. The contexts may change between forwards, never during one.
+  // Workspaces are sized for forwards of up to `max_tokens` tokens (larger ones grow
+  // them, as a fallback).
   MoeBlock(const ModelConfig& config, const ModelWeights& weights, const std::vector<EpContext>* ep,
-           const KernelOptions& kernel);
+           const KernelOptions& kernel, int64_t max_tokens);
   Status forward(int layer, const TensorView& x, const TensorView& out) override;
 
   // Called after each forward with the layer and its global routing counts.
