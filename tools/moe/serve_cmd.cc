@@ -3,22 +3,17 @@
 // the main thread; under mpirun the other ranks join every step (Engine::run_worker).
 // SIGTERM / SIGINT: stop taking requests (/health 503), let those in flight finish for
 // up to --shutdown-grace seconds, then exit 0; a second signal aborts them at once.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <thread>
 
 #include "commands.h"
 #include "engine_flags.h"
 #include "moe/scheduler.h"
 #include "moe/serve/chat_template.h"
 #include "moe/serve/http_server.h"
+#include "moe/serve/serve_loop.h"
 
 namespace moe::cli {
 namespace {
@@ -39,61 +34,6 @@ struct ServeFlags {
   double rate_limit_tpm = 0;
   std::string chat_template;
   double shutdown_grace = 30;
-};
-
-// SIGTERM/SIGINT -> one byte on a pipe, read by a watcher thread (the only
-// async-signal-safe work is write()). Installed for the server's lifetime.
-int g_signal_pipe[2] = {-1, -1};
-
-void on_signal(int sig) {
-  const int saved = errno;
-  const char c = static_cast<char>(sig);
-  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
-  errno = saved;
-}
-
-class SignalWatcher {
- public:
-  // `on_first`: the first SIGTERM/SIGINT; `on_again`: any later one. Both run on the
-  // watcher thread.
-  SignalWatcher(std::function<void()> on_first, std::function<void()> on_again) {
-    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    ::sigaction(SIGTERM, &sa, &old_term_);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    thread_ = std::thread([this, on_first = std::move(on_first), on_again = std::move(on_again)] {
-      int signals = 0;
-      while (!quit_) {
-        pollfd p{g_signal_pipe[0], POLLIN, 0};
-        if (::poll(&p, 1, 200) <= 0) continue;
-        char c;
-        while (::read(g_signal_pipe[0], &c, 1) == 1) {
-          if (c == 0) continue;  // wake-up from the destructor
-          (signals++ == 0 ? on_first : on_again)();
-        }
-      }
-    });
-  }
-  ~SignalWatcher() {
-    if (g_signal_pipe[0] < 0) return;
-    quit_ = true;
-    const char c = 0;
-    [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
-    if (thread_.joinable()) thread_.join();
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::close(g_signal_pipe[0]);
-    ::close(g_signal_pipe[1]);
-    g_signal_pipe[0] = g_signal_pipe[1] = -1;
-  }
-
- private:
-  std::atomic<bool> quit_{false};
-  std::thread thread_;
-  struct sigaction old_term_ {}, old_int_ {};
 };
 
 std::string check_flags(const ServeFlags& f) {
@@ -185,26 +125,17 @@ int run_serve(const ServeFlags& f) {
   o.rate_limits.tokens_per_minute = f.rate_limit_tpm;
   o.chat_template = chat_template.value();
   serve::HttpServer server(scheduler, o);
-  SignalWatcher signals(
-      [&] {
-        std::fprintf(stderr, "shutting down: finishing requests in flight (up to %g s; signal again to abort them)\n",
-                     f.shutdown_grace);
-        server.drain();
-        scheduler.shutdown(f.shutdown_grace);
-      },
-      [&] {
-        std::fprintf(stderr, "aborting requests in flight\n");
-        server.drain();
-        scheduler.shutdown(0);
-      });
-  if (Status st = server.start(); !st.ok()) return fail("--host/--port: " + st.message());
-  std::fprintf(stderr, "serving %s on http://%s:%d (chat template: %s)\n", server.served_model_name().c_str(),
-               f.host.c_str(), server.port(), o.chat_template.name().c_str());
-  std::fflush(stderr);
-
-  const Status result = scheduler.run();  // until shutdown and every request is done
-  server.stop();
-  if (!result.ok()) return fail("engine: " + result.message());
+  serve::ServeLoopOptions loop;
+  loop.shutdown_grace_seconds = f.shutdown_grace;
+  loop.on_started = [&](const serve::HttpServer& s) {
+    std::fprintf(stderr, "serving %s on http://%s:%d (chat template: %s)\n", s.served_model_name().c_str(),
+                 f.host.c_str(), s.port(), o.chat_template.name().c_str());
+    std::fflush(stderr);
+  };
+  const serve::ServeLoopResult result = serve::serve_until_shutdown(
+      server, {[&] { return scheduler.run(); }, [&](double grace) { scheduler.shutdown(grace); }}, loop);
+  if (!result.start.ok()) return fail("--host/--port: " + result.start.message());
+  if (!result.run.ok()) return fail("engine: " + result.run.message());
   std::fprintf(stderr, "stopped\n");
   return 0;
 }

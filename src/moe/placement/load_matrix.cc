@@ -1,5 +1,5 @@
 // Load files for the planner: {"load": [[...]]}, SGLang's {"logical_count": ...}, and
-// `moe generate --stats-out` files (declared in planner.h: LoadMatrix, parse_load_json).
+// `moe generate --stats-out` files (load_matrix.h).
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -9,7 +9,7 @@
 
 #include "moe/core/mapped_file.h"
 #include "moe/core/text_format.h"
-#include "moe/placement/replica_planner.h"
+#include "moe/placement/load_matrix.h"
 #include "moe/stats/expert_load_stats.h"
 
 namespace moe {

@@ -1,6 +1,6 @@
-// Plan metrics (declared in replica_planner.h): per-rank load, max/mean and cross-node
+// Plan metrics (plan_metrics.h): per-rank load, max/mean and cross-node
 // share of a plan on a load matrix, and the lower bound on the max rank load.
-#include "moe/placement/replica_planner.h"
+#include "moe/placement/plan_metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -51,7 +51,9 @@
 #include <string>
 #include <vector>
 
+#include "moe/placement/load_matrix.h"
 #include "moe/placement/placement_plan.h"
+#include "moe/placement/plan_metrics.h"
 #include "moe/status.h"
 
 namespace moe {
@@ -83,53 +85,5 @@ StatusOr<PlacementPlan> plan_placement(const PlannerInput& in);
 // The one-copy baseline: rank r holds experts [floor(r*E/R), floor((r+1)*E/R)) in every
 // layer (slots_per_rank = ceil(E/R)); layer_ids empty means one layer, id 0.
 PlacementPlan contiguous_plan(int num_experts, int num_ranks, const std::vector<int>& layer_ids);
-
-struct LayerMetrics {
-  double max_load = 0;          // the most-loaded rank
-  double mean_load = 0;         // total / num_ranks
-  double max_over_mean = 1;     // 1 when the layer has no load
-  double cross_node_share = 0;  // fraction of the load that crosses nodes (model above)
-  double total_load = 0;
-};
-
-// Per-rank load under the even-split assumption ([num_ranks]).
-std::vector<double> rank_loads(const LayerPlan& layer, const std::vector<double>& load, int num_ranks);
-// `layer` must be valid for load.size() experts and num_ranks ranks; num_nodes divides
-// num_ranks (a bug otherwise, MOE_CHECK).
-LayerMetrics evaluate_layer(const LayerPlan& layer, const std::vector<double>& load, int num_ranks, int num_nodes);
-// A lower bound on any plan's max rank load: max(total / num_ranks, m) where m is the
-// smallest possible largest load per replica, max_e load[e] / replicas[e], with
-// num_ranks * min(slots_per_rank, experts) replicas in all and at most
-// min(replica_cap, num_ranks) per expert (greedy replication attains it). With no spare
-// slot (num_ranks * slots == experts) also the hottest expert plus the slots - 1 coldest.
-double max_load_lower_bound(const std::vector<double>& load, int num_ranks, int slots_per_rank, int replica_cap);
-
-struct PlanMetrics {
-  std::vector<LayerMetrics> layers;  // parallel to the plan's layers
-  // Layers run one after another, each as slow as its most-loaded rank:
-  // sum of per-layer max / sum of per-layer mean.
-  double max_over_mean = 1;
-  double worst_layer_max_over_mean = 1;
-  double cross_node_share = 0;  // crossing load / total load over all layers
-};
-// Evaluates plan.layers[i] against load[i]. InvalidArgument when the shapes disagree.
-StatusOr<PlanMetrics> evaluate_plan(const PlacementPlan& plan, const std::vector<std::vector<double>>& load,
-                                    int num_nodes);
-
-// A per-layer load matrix read from JSON, in one of three formats:
-//  {"load": [[per-expert numbers] per layer], "layer_ids": [...] (optional)};
-//  SGLang's {"logical_count": [[...] per layer]} (row index = layer id; all-zero rows,
-//  the dense layers, are skipped and listed in skipped_zero_layers);
-//  `moe generate --stats-out`'s {"layers": [{"layer": i, "tokens_per_expert": [...]}]}.
-// Every row must have the same number of entries, each finite and >= 0. InvalidArgument
-// naming `source` and the entry (e.g. "load.json: load[2][7] is -1: ...").
-struct LoadMatrix {
-  std::vector<int> layer_ids;
-  std::vector<std::vector<double>> load;  // [layers][experts]
-  std::vector<int> skipped_zero_layers;
-  int num_experts() const { return load.empty() ? 0 : static_cast<int>(load[0].size()); }
-};
-StatusOr<LoadMatrix> parse_load_json(const std::string& text, const std::string& source);
-StatusOr<LoadMatrix> read_load_file(const std::string& path);
 
 }  // namespace moe

@@ -8,7 +8,8 @@
 // Strides are in elements, row-major by default (the last dim contiguous). Kernels take
 // views, check shapes and dtype once at their entry (ops/*.h), then compute on raw
 // pointers. Device: only kCpu today; a CUDA backend adds kCuda and its own allocations
-// (a kernel for a device lives in ops/<op>_<device>.cc, chosen by the op's entry).
+// (a kernel for a device lives in ops/<op>_cpu.cc / ops/<op>_cuda.cu, chosen by the op's
+// entry).
 // Thread-safety: views are plain values; concurrent writes to one buffer are the
 // caller's business.
 #pragma once
