@@ -1,0 +1,51 @@
+// `moe bench a2a` flags under mpirun (named *_mpirun_test so the sanitizer build runs it
+// without LeakSanitizer: Open MPI's allocations outlive MPI_Finalize). Experts per token
+// is --num-topk there; the old spelling --top-k (which means sampling top-k in
+// `moe generate`) stays a hidden alias.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "contains_util.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+using moe::testing::CommandResult;
+using moe::testing::moe_binary;
+using moe::testing::run_command;
+
+// An error exit: 1 (error) or 2 (usage), not a crash.
+void expect_error_exit(const CommandResult& r, std::initializer_list<std::string> needles) {
+  EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << "exit code " << r.exit_code << ", output:\n" << r.output;
+  for (const auto& n : needles) EXPECT_CONTAINS(r.output, n);
+}
+
+CommandResult bench_a2a(const std::string& args) {
+  return run_command("mpirun --allow-run-as-root --oversubscribe -np 1 " + moe_binary() +
+                     " bench a2a --threads 1 --hidden 8 --tokens 4 --routing uniform --experts 4 --repeats 1"
+                     " --warmup 0 --no-overlap --no-bf16 --algo-hidden 0 " + args);
+}
+
+TEST(CliBenchA2aTest, NumTopkAndItsOldSpellingTopKSetExpertsPerToken) {
+  for (const char* flag : {"--num-topk", "--top-k"}) {
+    auto r = bench_a2a(std::string(flag) + " 3");
+    EXPECT_EQ(r.exit_code, 0) << flag << ":\n" << r.output;
+    EXPECT_CONTAINS(r.output, "4 experts top-3");
+  }
+}
+
+TEST(CliBenchA2aTest, BadNumTopkNamesTheFlagWhicheverSpellingGaveIt) {
+  for (const char* flag : {"--num-topk", "--top-k"}) {
+    expect_error_exit(bench_a2a(std::string(flag) + " 0"), {"--num-topk must be >= 1 (got 0)"});
+    expect_error_exit(bench_a2a(std::string(flag) + " 5"), {"--num-topk 5 exceeds --experts 4"});
+  }
+}
+
+TEST(CliBenchA2aTest, BothSpellingsAtOnceAreAUsageError) {
+  expect_error_exit(bench_a2a("--num-topk 2 --top-k 3"), {"--top-k", "--num-topk"});
+}
+
+}  // namespace
+}  // namespace moe
