@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_test_main.h"
 #include "contains_util.h"
 #include "moe/comm/mpi_communicator.h"
 
@@ -108,38 +109,7 @@ TEST(MpiBaseline, RowExchangeBadInputNamesIt) {
   EXPECT_CONTAINS(bad.status().message(), "row size 0 bytes");
 }
 
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                 r.line_number(), r.message());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace moe
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  moe::Status s = moe::mpi_init(&argc, &argv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n", s.to_string().c_str());
-    return 1;
-  }
-  const int rank = moe::mpi_world_rank();
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new moe::RankFailurePrinter(rank));
-  }
-  // Every rank learns whether any rank failed, and exits accordingly.
-  int64_t failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  if (!moe::mpi_world_sum(&failed).ok()) failed = 1;
-  (void)moe::mpi_finalize();
-  return failed > 0 ? 1 : 0;
-}
+int main(int argc, char** argv) { return moe::testing::run_mpi_tests(argc, argv); }

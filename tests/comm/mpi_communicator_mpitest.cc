@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "comm/comm_test_util.h"
+#include "comm/mpi_test_main.h"
 #include "moe/core/clock.h"
 
 namespace moe {
@@ -414,56 +415,7 @@ TEST(MpiTiming, DISABLED_AlltoallvAlgorithms) {
   }
 }
 
-// Non-zero ranks: only failures, prefixed with the rank.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
-                 r.line_number(), r.message());
-  }
-  void OnTestEnd(const ::testing::TestInfo& info) override {
-    if (info.result()->Failed()) {
-      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(), info.name());
-    }
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 }  // namespace moe
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  moe::Status s = moe::mpi_init(&argc, &argv);
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s\n", s.to_string().c_str());
-    return 1;
-  }
-  const int rank = moe::world_rank();
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new moe::RankFailurePrinter(rank));
-  }
-  const int rc = RUN_ALL_TESTS();
-
-  // Every rank learns whether any rank failed, and exits accordingly.
-  int64_t failed = rc != 0 ? 1 : 0;
-  {
-    moe::MpiOptions o;
-    o.timeout_seconds = 30;
-    auto c = moe::make_mpi_communicator(o);
-    moe::Status r = c.ok() ? c.value()->allreduce_sum(&failed, 1) : c.status();
-    if (!r.ok()) {
-      std::fprintf(stderr, "[rank %d] combining results: %s\n", rank, r.to_string().c_str());
-      failed = 1;
-    }
-  }
-  if (rank == 0 && failed > 0) std::fprintf(stderr, "[mpi] %lld rank(s) failed\n", static_cast<long long>(failed));
-  (void)moe::mpi_finalize();
-  return failed > 0 ? 1 : 0;
-}
+int main(int argc, char** argv) { return moe::testing::run_mpi_tests(argc, argv); }
