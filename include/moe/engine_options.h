@@ -32,6 +32,7 @@ struct EngineOptions {
   // counted over all EP ranks. capacity_factor must be > 0.
   // Empty overflow_policy (the default): "drop" when capacity_factor is set, else
   // "dropless" (a capacity factor given alone means drop; resolved_overflow_policy()).
+  // A capacity_factor with overflow_policy "dropless" is refused (InvalidArgument).
   std::string overflow_policy{};
   std::optional<double> capacity_factor{};  // unset: 1.0 (resolved_capacity_factor())
   // Decay of the per-step exponential moving average in the expert-load statistics.

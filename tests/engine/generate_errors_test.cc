@@ -129,6 +129,21 @@ TEST_F(GenerateErrorsTest, BadSamplingParams) {
   EXPECT_CONTAINS(expect_error(req, StatusCode::kInvalidArgument), "top_k");
 }
 
+// A capacity factor that "dropless" would ignore is refused, naming both options (the
+// CLI refuses --capacity-factor with --overflow-policy dropless the same way).
+TEST(EngineOpenErrorsTest, CapacityFactorWithDroplessIsRefused) {
+  EngineOptions o{.model_dir = testing::tiny_model_dir(), .num_threads = 1};
+  o.overflow_policy = "dropless";
+  o.capacity_factor = 1.25;
+  auto e = Engine::open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(e.status().message(), "capacity_factor");
+  EXPECT_CONTAINS(e.status().message(), "dropless");
+  o.overflow_policy = "drop";
+  EXPECT_TRUE(Engine::open(o).ok());
+}
+
 TEST(EngineOpenErrorsTest, MissingModelDir) {
   const std::string dir = "/nonexistent/moe_model_dir";
   auto e = Engine::open({.model_dir = dir});

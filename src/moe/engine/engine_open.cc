@@ -141,6 +141,10 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
                          "Multi-head Latent Attention is not implemented yet, so the model cannot run");
   }
   MOE_ASSIGN_OR_RETURN(impl->capacity.policy, parse_overflow_policy(resolved_overflow_policy(options)));
+  if (impl->capacity.policy == OverflowPolicy::kDropless && options.capacity_factor.has_value()) {
+    return invalid_argument("capacity_factor has no effect with overflow_policy 'dropless' (no capacity): use "
+                            "'drop' or 'reroute', or leave capacity_factor unset");
+  }
   impl->capacity.capacity_factor = resolved_capacity_factor(options);
   MOE_RETURN_IF_ERROR(validate_capacity_options(impl->capacity));
   std::vector<int> moe_layers;
