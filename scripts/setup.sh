@@ -8,7 +8,9 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev      # GEMM (sgemm), OpenMP build
   libsentencepiece-dev        # tokenizer
-  libxxhash-dev               # checksums / model fingerprints
+  libxxhash-dev               # checksums / model fingerprints / store shard hashes
+  libzstd-dev                 # checkpoint-store compression (src/moe/store/)
+  xxhash zstd                 # xxhsum and zstd CLIs: independent references in the store tests
   nlohmann-json3-dev libcli11-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin  # MPI backend of the communicator (src/moe/comm/)

@@ -1,0 +1,1 @@
+#include "moe/store/content_hash.h"

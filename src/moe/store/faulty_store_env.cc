@@ -1,0 +1,1 @@
+#include "moe/store/faulty_store_env.h"

@@ -1,0 +1,1 @@
+#include "moe/store/shard_file.h"

@@ -1,0 +1,1 @@
+#include "moe/store/store_maintenance.h"

@@ -1,0 +1,75 @@
+// A model loaded from a checkpoint store: a ModelSource (model/model_source.h) whose
+// tensors are restored into memory, only the experts this rank wants, in parallel.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moe/model/model_source.h"
+#include "moe/model/weights.h"
+#include "moe/status.h"
+#include "moe/store/manifest.h"
+#include "moe/store/store_writer.h"
+
+namespace moe {
+
+struct RestoreOptions {
+  int threads = 1;           // reader threads (each reads, decodes and hashes whole shards)
+  StoreProgressFn progress;  // optional; called from the calling thread
+};
+
+struct RestoreReport {
+  int shards_read = 0;
+  int expert_shards_read = 0;
+  int expert_shards_total = 0;
+  uint64_t raw_bytes = 0;     // restored
+  uint64_t stored_bytes = 0;  // read from disk
+  int fallbacks = 0;          // shards taken from another copy (logged)
+  double seconds = 0;
+};
+
+class StoreModel final : public ModelSource {
+ public:
+  // Reads CURRENT (or `version` if > 0) and its manifest; no shard data yet.
+  // Errors as current_version/read_manifest (store_reader.h).
+  static StatusOr<std::unique_ptr<StoreModel>> open(const std::string& store, int64_t version = 0);
+
+  // Restores every non-expert shard and the expert shards `want` selects (all if null)
+  // on options.threads threads, verifying every hash (fallback as store_reader.h).
+  // Errors: the first shard that has no good copy (DataLoss/NotFound naming layer,
+  // expert and file); nothing is kept then. Call once, before get().
+  Status restore(const ExpertFilter& want, const RestoreOptions& options, RestoreReport* report);
+
+  // One expert's shard (w1/w2/w3 and any scales), read and verified now, for a rank
+  // that takes over or replicates an expert. Returned bytes are the shard's raw bytes;
+  // `tensors` says where each tensor is. NotFound naming the layer and expert if the
+  // manifest has no such expert.
+  struct ExpertShard {
+    std::vector<uint8_t> bytes;
+    std::vector<ShardTensor> tensors;
+  };
+  StatusOr<ExpertShard> read_expert(int layer, int expert) const;
+
+  const Manifest& manifest() const { return manifest_; }
+  const std::string& store() const { return store_; }
+
+  // ModelSource.
+  std::string location() const override;
+  StatusOr<std::string> read_file(const std::string& name) const override;
+  bool contains(const std::string& name) const override;
+  StatusOr<const StoredTensor*> get(const std::string& name) const override;
+  std::vector<TensorInfo> tensor_infos() const override;
+  size_t total_bytes() const override;
+
+ private:
+  StoreModel() = default;
+  std::string store_;
+  Manifest manifest_;
+  std::map<std::string, std::vector<uint8_t>> shard_bytes_;  // shard id -> restored raw bytes
+  std::map<std::string, StoredTensor> tensors_;             // restored tensors, views into shard_bytes_
+};
+
+}  // namespace moe
