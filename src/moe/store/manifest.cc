@@ -203,7 +203,26 @@ std::string ShardEntry::describe() const {
   return id;
 }
 
+void Manifest::build_index() {
+  shard_index_.clear();
+  tensor_index_.clear();
+  expert_index_.clear();
+  file_index_.clear();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardEntry& s = shards[i];
+    shard_index_.emplace(s.id, i);
+    if (s.kind == ShardKind::kExpert) expert_index_.emplace(std::make_pair(s.layer, s.expert), i);
+    if (s.kind == ShardKind::kFile) file_index_.emplace(s.file_name, i);
+    for (size_t t = 0; t < s.tensors.size(); ++t) tensor_index_.emplace(s.tensors[t].name, std::make_pair(i, t));
+  }
+  indexed_shards_ = shards.size();
+}
+
 const ShardEntry* Manifest::find_shard(const std::string& id) const {
+  if (index_current()) {
+    auto it = shard_index_.find(id);
+    return it == shard_index_.end() ? nullptr : &shards[it->second];
+  }
   for (const auto& s : shards) {
     if (s.id == id) return &s;
   }
@@ -211,6 +230,10 @@ const ShardEntry* Manifest::find_shard(const std::string& id) const {
 }
 
 const ShardEntry* Manifest::find_expert(int layer, int expert) const {
+  if (index_current()) {
+    auto it = expert_index_.find({layer, expert});
+    return it == expert_index_.end() ? nullptr : &shards[it->second];
+  }
   for (const auto& s : shards) {
     if (s.kind == ShardKind::kExpert && s.layer == layer && s.expert == expert) return &s;
   }
@@ -218,6 +241,10 @@ const ShardEntry* Manifest::find_expert(int layer, int expert) const {
 }
 
 const ShardEntry* Manifest::find_file(const std::string& file_name) const {
+  if (index_current()) {
+    auto it = file_index_.find(file_name);
+    return it == file_index_.end() ? nullptr : &shards[it->second];
+  }
   for (const auto& s : shards) {
     if (s.kind == ShardKind::kFile && s.file_name == file_name) return &s;
   }
@@ -225,6 +252,12 @@ const ShardEntry* Manifest::find_file(const std::string& file_name) const {
 }
 
 std::pair<const ShardEntry*, const ShardTensor*> Manifest::find_tensor(const std::string& name) const {
+  if (index_current()) {
+    auto it = tensor_index_.find(name);
+    if (it == tensor_index_.end()) return {nullptr, nullptr};
+    const ShardEntry& s = shards[it->second.first];
+    return {&s, &s.tensors[it->second.second]};
+  }
   for (const auto& s : shards) {
     for (const auto& t : s.tensors) {
       if (t.name == name) return {&s, &t};
@@ -354,6 +387,7 @@ StatusOr<Manifest> parse_manifest(const std::string& text, const std::string& or
     }
     m.hf_files.push_back(std::move(h));
   }
+  m.build_index();
   return m;
 }
 

@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "moe/status.h"
@@ -84,7 +86,12 @@ struct Manifest {
   std::vector<ShardEntry> shards;
   std::vector<HfFileLayout> hf_files;
 
-  // nullptr if absent. Linear/indexed lookups, valid while the manifest is unchanged.
+  // Builds the lookup index of the find_* functions (parse_manifest calls it). Call it
+  // again after changing `shards`; without a current index they scan linearly (a
+  // DeepSeek-V3 manifest lists ~90k tensors: lookups per tensor would be quadratic).
+  void build_index();
+
+  // nullptr if absent. Pointers valid while the manifest is unchanged.
   const ShardEntry* find_shard(const std::string& id) const;
   const ShardEntry* find_expert(int layer, int expert) const;
   const ShardEntry* find_file(const std::string& file_name) const;
@@ -92,6 +99,14 @@ struct Manifest {
   std::pair<const ShardEntry*, const ShardTensor*> find_tensor(const std::string& name) const;
   uint64_t total_raw_bytes() const;
   uint64_t total_stored_bytes() const;  // as listed (a hash shared by two shards counts twice)
+
+ private:
+  bool index_current() const { return indexed_shards_ == shards.size() && indexed_shards_ > 0; }
+  size_t indexed_shards_ = 0;
+  std::unordered_map<std::string, size_t> shard_index_;                   // id -> shard
+  std::unordered_map<std::string, std::pair<size_t, size_t>> tensor_index_;  // name -> (shard, tensor)
+  std::map<std::pair<int, int>, size_t> expert_index_;                    // (layer, expert) -> shard
+  std::unordered_map<std::string, size_t> file_index_;                    // file_name -> shard
 };
 
 std::string manifest_to_json(const Manifest& manifest);
