@@ -19,10 +19,13 @@ RunFn add_bench_a2a_command(CLI::App& bench);
 RunFn add_bench_moe_layer_command(CLI::App& bench);
 RunFn add_bench_capacity_command(CLI::App& bench);
 RunFn add_bench_serve_command(CLI::App& bench);
+RunFn add_bench_ckpt_command(CLI::App& bench);
 // `placement plan|eval` (registers both subcommands on `placement`).
 RunFn add_placement_command(CLI::App& placement);
 // `stats show|plot` (registers both subcommands on `stats`).
 RunFn add_stats_command(CLI::App& stats);
+// `ckpt convert|save|restore|verify|info|gc` (the per-expert checkpoint store).
+RunFn add_ckpt_command(CLI::App& ckpt);
 
 // The model shipped in the repository, found relative to the working directory, the
 // binary, or the source tree.

@@ -37,7 +37,7 @@ std::string default_model_dir() {
 }  // namespace moe::cli
 
 int main(int argc, char** argv) {
-  CLI::App app{"moe: Mixture-of-Experts inference engine (generate, serve, stats, placement, bench)"};
+  CLI::App app{"moe: Mixture-of-Experts inference engine (generate, serve, stats, placement, ckpt, bench)"};
   app.require_subcommand(1);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")->capture_default_str();
@@ -65,11 +65,16 @@ int main(int argc, char** argv) {
   auto* bench_serve = bench->add_subcommand(
       "serve", "Serving benchmark of an OpenAI-compatible server (TTFT, TPOT, ITL, throughput; as vLLM's)");
   auto run_bench_serve = moe::cli::add_bench_serve_command(*bench_serve);
+  auto* bench_ckpt = bench->add_subcommand(
+      "ckpt", "Checkpoint store: codec ratios and MB/s, restore GB/s vs cat and memcpy, incremental save, cold start");
+  auto run_bench_ckpt = moe::cli::add_bench_ckpt_command(*bench_ckpt);
   auto* placement = app.add_subcommand("placement", "Expert placement: plan replicas and slots from per-expert load");
   placement->require_subcommand(1);
   auto run_placement = moe::cli::add_placement_command(*placement);
   auto* stats = app.add_subcommand("stats", "Per-expert load statistics: show a table, plot a heatmap");
   auto run_stats = moe::cli::add_stats_command(*stats);
+  auto* ckpt = app.add_subcommand("ckpt", "Per-expert checkpoint store: convert, save, restore, verify, info, gc");
+  auto run_ckpt = moe::cli::add_ckpt_command(*ckpt);
 
   try {
     app.parse(argc, argv);
@@ -89,7 +94,9 @@ int main(int argc, char** argv) {
   if (bench_moe_layer->parsed()) return run_bench_moe_layer();
   if (bench_capacity->parsed()) return run_bench_capacity();
   if (bench_serve->parsed()) return run_bench_serve();
+  if (bench_ckpt->parsed()) return run_bench_ckpt();
   if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
+  if (ckpt->parsed()) return run_ckpt();
   return 2;
 }

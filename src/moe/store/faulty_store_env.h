@@ -1,6 +1,8 @@
 // A StoreEnv for tests that fails like a full disk: after `fail_after_bytes` bytes have
 // been appended in total (over all files), every append fails with "No space left on
-// device" naming the file; optionally renames fail too. Everything else goes to `base`.
+// device" naming the file. The append that crosses the limit writes the bytes that still
+// fit first, as a real full disk does (a short write), so the file holds a torn tail.
+// Optionally renames fail too (EIO). Everything else goes to `base`.
 // Thread-safe (the byte count is atomic).
 #pragma once
 
@@ -28,7 +30,8 @@ class FaultyStoreEnv final : public StoreEnv {
   bool file_exists(const std::string& path) override { return base_.file_exists(path); }
   StatusOr<std::vector<std::string>> list_dir(const std::string& dir) override { return base_.list_dir(dir); }
 
-  // Bytes appended so far (including those that failed partway: none are written).
+  // Bytes appended so far, counting whole failed appends (of which only the part up to
+  // fail_after_bytes reached the file).
   int64_t bytes_appended() const { return bytes_.load(); }
 
  private:

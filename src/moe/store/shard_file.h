@@ -35,7 +35,8 @@ struct ShardHeader {
   Hash128 hash;
 };
 
-// Writes header + payload to `file` (does not sync or close it).
+// Writes header + payload to `file` (does not sync or close it). InvalidArgument if
+// payload.size() != header.stored_bytes; the file's append error otherwise.
 Status write_shard(WritableFile& file, const ShardHeader& header, std::span<const uint8_t> payload);
 
 // Reads only the header of the shard at `path`. NotFound (missing), DataLoss naming the
