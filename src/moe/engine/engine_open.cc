@@ -22,6 +22,8 @@
 #include "moe/runtime/ep_session.h"
 #include "moe/runtime/rebalancer.h"
 #include "moe/stats/expert_load_stats.h"
+#include "moe/store/store_layout.h"
+#include "moe/store/store_model.h"
 #include "moe/transformer/decoder.h"
 
 namespace moe {
@@ -116,8 +118,15 @@ Status apply_placement_file(const std::string& path, Engine::Impl* impl) {
 Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   const std::string& dir = options.model_dir;
   if (!is_directory(dir)) return not_found("model directory not found: " + dir);
-  // config.json first (its errors before the weights'), then the checkpoint.
-  MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
+  // A checkpoint store (store_layout.h: a CURRENT file) or a Hugging Face directory.
+  // config.json first (its errors before the weights'), then the weights.
+  std::unique_ptr<StoreModel> store;
+  if (is_store_dir(dir)) {
+    MOE_ASSIGN_OR_RETURN(store, StoreModel::open(dir));
+    MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(*store));
+  } else {
+    MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
+  }
   if (impl->config.family == ModelFamily::kDeepseekV3) {
     return unimplemented(dir + "/config.json: model_type 'deepseek_v3' is parsed (its router is supported) but "
                          "Multi-head Latent Attention is not implemented yet, so the model cannot run");
@@ -136,9 +145,11 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   MOE_ASSIGN_OR_RETURN(ExpertLoadStats stats,
                        ExpertLoadStats::create(moe_layers, impl->config.router.num_experts, options.stats_ema_decay));
   impl->load_stats = std::make_unique<ExpertLoadStats>(std::move(stats));
-  MOE_ASSIGN_OR_RETURN(HfCheckpoint checkpoint, HfCheckpoint::open(dir));
-  impl->source = std::make_unique<HfCheckpoint>(std::move(checkpoint));
-  merge_generation_config(*impl->source, &impl->config);
+  if (store == nullptr) {
+    MOE_ASSIGN_OR_RETURN(HfCheckpoint checkpoint, HfCheckpoint::open(dir));
+    impl->source = std::make_unique<HfCheckpoint>(std::move(checkpoint));
+  }
+  merge_generation_config(store ? static_cast<const ModelSource&>(*store) : *impl->source, &impl->config);
   ExpertFilter filter;
   if (impl->comm != nullptr) {
     if (impl->config.router.num_experts < 1) return invalid_argument("model has no experts to shard");
@@ -158,6 +169,17 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     filter = [layers, me](int layer, int expert) {
       return (*layers)[static_cast<size_t>(layer)].placement.holds(me, expert);
     };
+  }
+  if (store != nullptr) {
+    // Only this rank's experts (the filter above), verified as they are read.
+    RestoreOptions restore_options;
+    restore_options.threads = options.num_threads > 0 ? options.num_threads : 1;
+    RestoreReport report;
+    MOE_RETURN_IF_ERROR(store->restore(filter, restore_options, &report));
+    MOE_LOG_INFO("restored {}: {} shards ({} of {} experts), {:.1f} MB in {:.3f} s on {} thread(s), {} fallback(s)",
+                 store->location(), report.shards_read, report.expert_shards_read, report.expert_shards_total,
+                 report.raw_bytes / 1e6, report.seconds, restore_options.threads, report.fallbacks);
+    impl->source = std::move(store);
   }
   MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, *impl->source, filter));
   MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(*impl->source));
