@@ -8,7 +8,7 @@ namespace moe::cli {
 
 void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_default) {
   f->options.batch_invariant = batch_invariant_default;
-  app.add_option("--model", f->options.model_dir, "Model directory (HF format); default: the shipped tiny-mixtral-shakespeare");
+  app.add_option("--model", f->options.model_dir, "Model: a Hugging Face directory or a checkpoint store (moe ckpt convert); default: the shipped tiny-mixtral-shakespeare");
   app.add_option("--threads", f->options.num_threads, "CPU threads; 0 = all cores")->capture_default_str();
   app.add_option("--ep", f->launch.ep, "Expert-parallel ranks (run under mpirun -np N)")->capture_default_str();
   app.add_option("--ranks-per-node", f->launch.ranks_per_node,

@@ -9,7 +9,7 @@
 #include "moe/engine.h"
 #include "moe/engine/engine_core.h"
 #include "moe/model/config.h"
-#include "moe/model/hf_checkpoint.h"
+#include "moe/model/model_source.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
 #include "moe/moe/capacity.h"
@@ -28,7 +28,7 @@ namespace moe {
 struct Engine::Impl final : EpStepRunner {
   // The model.
   ModelConfig config;
-  HfCheckpoint checkpoint;
+  std::unique_ptr<ModelSource> source;  // where the weights live (HF dir or restored store)
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
   ModelInfo info;

@@ -11,7 +11,6 @@
 #include "moe/comm/communicator.h"
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
-#include "moe/core/mapped_file.h"
 #include "moe/engine/engine_impl.h"
 #include "moe/model/config.h"
 #include "moe/model/fingerprint.h"
@@ -23,6 +22,8 @@
 #include "moe/runtime/ep_session.h"
 #include "moe/runtime/rebalancer.h"
 #include "moe/stats/expert_load_stats.h"
+#include "moe/store/store_layout.h"
+#include "moe/store/store_model.h"
 #include "moe/transformer/decoder.h"
 
 namespace moe {
@@ -34,26 +35,7 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Adds generation_config.json's eos_token_id(s), as transformers does for generate().
-void merge_generation_config(const std::string& dir, ModelConfig* config) {
-  auto text = read_text_file(dir + "/generation_config.json");
-  if (!text.ok()) return;
-  auto j = nlohmann::json::parse(text.value(), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return;
-  auto add = [&](const nlohmann::json& v) {
-    if (v.is_number_integer()) {
-      int id = v.get<int>();
-      if (id >= 0 && id < config->vocab_size && !config->is_eos(id)) config->eos_token_ids.push_back(id);
-    }
-  };
-  if (j["eos_token_id"].is_array()) {
-    for (const auto& v : j["eos_token_id"]) add(v);
-  } else {
-    add(j["eos_token_id"]);
-  }
-}
-
-ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const HfCheckpoint& ckpt) {
+ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const ModelSource& source) {
   ModelInfo info;
   info.model_dir = dir;
   info.model_type = c.model_type;
@@ -64,10 +46,12 @@ ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWei
   info.top_k = c.router.top_k;
   info.num_moe_layers = c.num_moe_layers();
   info.max_context = c.max_position_embeddings;
-  info.weight_bytes = ckpt.total_bytes();
+  info.weight_bytes = source.total_bytes();
   int64_t total = 0;
-  for (const auto& shard : ckpt.shards()) {
-    for (const auto& [name, view] : shard->tensors()) total += view.numel();
+  for (const TensorInfo& t : source.tensor_infos()) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    total += n;
   }
   info.num_parameters = total;
   // Parameters of the routed experts not used by a token: (num_experts - top_k) per
@@ -134,8 +118,15 @@ Status apply_placement_file(const std::string& path, Engine::Impl* impl) {
 Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   const std::string& dir = options.model_dir;
   if (!is_directory(dir)) return not_found("model directory not found: " + dir);
-  MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
-  merge_generation_config(dir, &impl->config);
+  // A checkpoint store (store_layout.h: a CURRENT file) or a Hugging Face directory.
+  // config.json first (its errors before the weights'), then the weights.
+  std::unique_ptr<StoreModel> store;
+  if (is_store_dir(dir)) {
+    MOE_ASSIGN_OR_RETURN(store, StoreModel::open(dir));
+    MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(*store));
+  } else {
+    MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
+  }
   if (impl->config.family == ModelFamily::kDeepseekV3) {
     return unimplemented(dir + "/config.json: model_type 'deepseek_v3' is parsed (its router is supported) but "
                          "Multi-head Latent Attention is not implemented yet, so the model cannot run");
@@ -154,7 +145,11 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   MOE_ASSIGN_OR_RETURN(ExpertLoadStats stats,
                        ExpertLoadStats::create(moe_layers, impl->config.router.num_experts, options.stats_ema_decay));
   impl->load_stats = std::make_unique<ExpertLoadStats>(std::move(stats));
-  MOE_ASSIGN_OR_RETURN(impl->checkpoint, HfCheckpoint::open(dir));
+  if (store == nullptr) {
+    MOE_ASSIGN_OR_RETURN(HfCheckpoint checkpoint, HfCheckpoint::open(dir));
+    impl->source = std::make_unique<HfCheckpoint>(std::move(checkpoint));
+  }
+  merge_generation_config(store ? static_cast<const ModelSource&>(*store) : *impl->source, &impl->config);
   ExpertFilter filter;
   if (impl->comm != nullptr) {
     if (impl->config.router.num_experts < 1) return invalid_argument("model has no experts to shard");
@@ -175,8 +170,19 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
       return (*layers)[static_cast<size_t>(layer)].placement.holds(me, expert);
     };
   }
-  MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, impl->checkpoint, filter));
-  MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(dir));
+  if (store != nullptr) {
+    // Only this rank's experts (the filter above), verified as they are read.
+    RestoreOptions restore_options;
+    restore_options.threads = options.num_threads > 0 ? options.num_threads : 1;
+    RestoreReport report;
+    MOE_RETURN_IF_ERROR(store->restore(filter, restore_options, &report));
+    MOE_LOG_INFO("restored {}: {} shards ({} of {} experts), {:.1f} MB in {:.3f} s on {} thread(s), {} fallback(s)",
+                 store->location(), report.shards_read, report.expert_shards_read, report.expert_shards_total,
+                 report.raw_bytes / 1e6, report.seconds, restore_options.threads, report.fallbacks);
+    impl->source = std::move(store);
+  }
+  MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, *impl->source, filter));
+  MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(*impl->source));
   if (impl->tokenizer->vocab_size() > impl->config.vocab_size) {
     return invalid_argument(dir + "/tokenizer.model has " + std::to_string(impl->tokenizer->vocab_size()) +
                             " pieces, more than config.json vocab_size " +
@@ -193,7 +199,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   impl->comm = options.comm;
   Status local = open_local(options, impl.get());
   if (impl->comm != nullptr) {
-    const uint64_t fp = local.ok() ? model_fingerprint(options.model_dir, impl->weights, impl->checkpoint) : 0;
+    const uint64_t fp = local.ok() ? model_fingerprint(*impl->source, impl->weights) : 0;
     MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
   } else if (!local.ok()) {
     return local;
@@ -225,7 +231,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     EpSession* session = impl->session.get();
     impl->decoder->set_chunk_hook([session](int64_t m) { return session->announce_step(m); });
   }
-  impl->info = make_info(dir, impl->config, impl->weights, impl->checkpoint);
+  impl->info = make_info(dir, impl->config, impl->weights, *impl->source);
   MOE_LOG_INFO("loaded {} ({}): {} layers, {} experts (top-{}), {:.2f}M parameters ({:.2f}M active), {:.1f} MB",
                dir, impl->config.model_type, impl->config.num_hidden_layers, impl->config.router.num_experts,
                impl->config.router.top_k, impl->info.num_parameters / 1e6, impl->info.num_active_parameters / 1e6,

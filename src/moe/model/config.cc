@@ -326,4 +326,30 @@ StatusOr<ModelConfig> load_model_config(const std::string& dir) {
   return parse_model_config(text.value(), path);
 }
 
+StatusOr<ModelConfig> load_model_config(const ModelSource& source) {
+  auto text = source.read_file("config.json");
+  if (!text.ok()) return text.status();
+  return parse_model_config(text.value(), source.location() + "/config.json");
+}
+
+void merge_generation_config(const ModelSource& source, ModelConfig* config) {
+  auto text = source.read_file("generation_config.json");
+  if (!text.ok()) return;
+  auto j = json::parse(text.value(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("eos_token_id")) return;
+  auto add = [&](const json& v) {
+    if (v.is_number_integer()) {
+      const int64_t id = v.get<int64_t>();
+      if (id >= 0 && id < config->vocab_size && !config->is_eos(static_cast<int>(id))) {
+        config->eos_token_ids.push_back(static_cast<int>(id));
+      }
+    }
+  };
+  if (j["eos_token_id"].is_array()) {
+    for (const auto& v : j["eos_token_id"]) add(v);
+  } else {
+    add(j["eos_token_id"]);
+  }
+}
+
 }  // namespace moe

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/model/model_source.h"
 #include "moe/status.h"
 
 namespace moe {
@@ -79,6 +80,14 @@ struct ModelConfig {
 // unknown model_type), Unimplemented (recognised family not supported yet, or a
 // feature such as rope_scaling we do not implement).
 StatusOr<ModelConfig> load_model_config(const std::string& dir);
+
+// Same, reading "config.json" through `source`; messages name
+// source.location() + "/config.json".
+StatusOr<ModelConfig> load_model_config(const ModelSource& source);
+
+// Adds generation_config.json's eos_token_id(s) (read through `source`; absent or
+// malformed: nothing changes), as transformers does for generate().
+void merge_generation_config(const ModelSource& source, ModelConfig* config);
 
 // Same, from JSON text; `source` names it in messages.
 StatusOr<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source);

@@ -5,14 +5,16 @@
 #include <cstdint>
 #include <string>
 
-#include "moe/model/hf_checkpoint.h"
+#include "moe/model/model_source.h"
 #include "moe/model/weights.h"
 
 namespace moe {
 
-// XXH3-64 over: config.json's bytes, the tensor table (names, dtypes, shapes) of every
-// shard, and the bytes of the replicated small tensors every rank holds (norm weights,
-// routers). Expert weights are not read (each rank holds different ones).
-uint64_t model_fingerprint(const std::string& model_dir, const ModelWeights& weights, const HfCheckpoint& checkpoint);
+// XXH3-64 over: config.json's bytes (read through `source`), the tensor table (names,
+// dtypes, shapes, sorted by name: source.tensor_infos(), so an HF directory and a store
+// of the same model agree), and the bytes of the replicated small tensors every rank
+// holds (norm weights, routers). Expert weights are not read (each rank holds
+// different ones).
+uint64_t model_fingerprint(const ModelSource& source, const ModelWeights& weights);
 
 }  // namespace moe

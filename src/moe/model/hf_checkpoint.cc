@@ -22,6 +22,23 @@ size_t HfCheckpoint::total_bytes() const {
   return n;
 }
 
+StatusOr<std::string> HfCheckpoint::read_file(const std::string& name) const {
+  if (name.empty() || name.front() == '/' || name == ".." || name.rfind("../", 0) == 0 ||
+      name.find("/../") != std::string::npos || (name.size() >= 3 && name.compare(name.size() - 3, 3, "/..") == 0)) {
+    return invalid_argument("file name '" + name + "' must be a relative path inside " + dir_);
+  }
+  return read_text_file(dir_ + "/" + name);
+}
+
+std::vector<TensorInfo> HfCheckpoint::tensor_infos() const {
+  std::vector<TensorInfo> out;
+  out.reserve(index_.size());
+  for (const auto& [name, view] : index_) {  // std::map: sorted by name
+    out.push_back(TensorInfo{name, view->dtype_name, view->shape, view->nbytes});
+  }
+  return out;
+}
+
 StatusOr<const StoredTensor*> HfCheckpoint::get(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) return not_found("tensor '" + name + "' not found in checkpoint " + dir_);

@@ -12,23 +12,42 @@ namespace moe {
 Tokenizer::Tokenizer() : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
 Tokenizer::~Tokenizer() = default;
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& dir) {
-  const std::string model_path = dir + "/tokenizer.model";
-  MOE_ASSIGN_OR_RETURN(std::string blob, read_text_file(model_path));
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_bytes(const std::string& model_blob,
+                                                           const std::string& model_path,
+                                                           const std::string* config_text,
+                                                           const std::string& config_path) {
   std::unique_ptr<Tokenizer> tok(new Tokenizer());
-  auto st = tok->sp_->LoadFromSerializedProto(blob);
+  auto st = tok->sp_->LoadFromSerializedProto(model_blob);
   if (!st.ok()) return data_loss(model_path + ": not a valid SentencePiece model (" + st.ToString() + ")");
-
-  const std::string config_path = dir + "/tokenizer_config.json";
-  struct stat sb {};
-  if (::stat(config_path.c_str(), &sb) == 0) {
-    MOE_ASSIGN_OR_RETURN(std::string text, read_text_file(config_path));
-    auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (config_text != nullptr) {
+    auto j = nlohmann::json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) return data_loss(config_path + ": not a valid JSON object");
     if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) tok->add_bos_ = j["add_bos_token"];
     if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) tok->add_eos_ = j["add_eos_token"];
   }
   return tok;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& dir) {
+  const std::string model_path = dir + "/tokenizer.model";
+  MOE_ASSIGN_OR_RETURN(std::string blob, read_text_file(model_path));
+  const std::string config_path = dir + "/tokenizer_config.json";
+  struct stat sb {};
+  if (::stat(config_path.c_str(), &sb) != 0) return from_bytes(blob, model_path, nullptr, config_path);
+  MOE_ASSIGN_OR_RETURN(std::string text, read_text_file(config_path));
+  return from_bytes(blob, model_path, &text, config_path);
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const ModelSource& source) {
+  const std::string model_path = source.location() + "/tokenizer.model";
+  const std::string config_path = source.location() + "/tokenizer_config.json";
+  MOE_ASSIGN_OR_RETURN(std::string blob, source.read_file("tokenizer.model"));
+  auto config = source.read_file("tokenizer_config.json");
+  if (!config.ok()) {
+    if (config.status().code() != StatusCode::kNotFound) return config.status();
+    return from_bytes(blob, model_path, nullptr, config_path);
+  }
+  return from_bytes(blob, model_path, &config.value(), config_path);
 }
 
 std::vector<int> Tokenizer::encode(const std::string& text) const {

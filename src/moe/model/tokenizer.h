@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/model/model_source.h"
 #include "moe/status.h"
 
 namespace sentencepiece {
@@ -20,6 +21,9 @@ class Tokenizer {
   // Loads `<dir>/tokenizer.model` and, if present, `<dir>/tokenizer_config.json`.
   // NotFound / DataLoss naming the file.
   static StatusOr<std::unique_ptr<Tokenizer>> load(const std::string& dir);
+  // Same, reading "tokenizer.model" and (if present) "tokenizer_config.json" through
+  // `source`; messages name source.location() + "/<file>".
+  static StatusOr<std::unique_ptr<Tokenizer>> load(const ModelSource& source);
   ~Tokenizer();
 
   // Text -> ids, with BOS (and EOS) per tokenizer_config.
@@ -33,6 +37,10 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  // From the files' bytes; `config_text` null when there is no tokenizer_config.json.
+  // The paths name the files in messages.
+  static StatusOr<std::unique_ptr<Tokenizer>> from_bytes(const std::string& model_blob, const std::string& model_path,
+                                                         const std::string* config_text, const std::string& config_path);
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   bool add_bos_ = true;
   bool add_eos_ = false;

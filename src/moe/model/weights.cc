@@ -11,7 +11,7 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-StatusOr<const StoredTensor*> get_checked(const HfCheckpoint& ckpt, const std::string& name,
+StatusOr<const StoredTensor*> get_checked(const ModelSource& ckpt, const std::string& name,
                                         const std::vector<int64_t>& expected_shape) {
   MOE_ASSIGN_OR_RETURN(const StoredTensor* view, ckpt.get(name));
   if (view->shape != expected_shape) {
@@ -26,7 +26,7 @@ StatusOr<const StoredTensor*> get_checked(const HfCheckpoint& ckpt, const std::s
   return view;
 }
 
-StatusOr<Weight2D> matrix(const HfCheckpoint& ckpt, const std::string& name, int64_t rows, int64_t cols) {
+StatusOr<Weight2D> matrix(const ModelSource& ckpt, const std::string& name, int64_t rows, int64_t cols) {
   MOE_ASSIGN_OR_RETURN(const StoredTensor* view, get_checked(ckpt, name, {rows, cols}));
   Weight2D w;
   w.data = view->data;
@@ -36,14 +36,14 @@ StatusOr<Weight2D> matrix(const HfCheckpoint& ckpt, const std::string& name, int
   return w;
 }
 
-StatusOr<std::vector<float>> vector_f32(const HfCheckpoint& ckpt, const std::string& name, int64_t n) {
+StatusOr<std::vector<float>> vector_f32(const ModelSource& ckpt, const std::string& name, int64_t n) {
   MOE_ASSIGN_OR_RETURN(const StoredTensor* view, get_checked(ckpt, name, {n}));
   std::vector<float> out(static_cast<size_t>(n));
   convert_to_f32(view->data, *view->dtype, out.data(), out.size());
   return out;
 }
 
-StatusOr<ExpertWeights> swiglu(const HfCheckpoint& ckpt, const WeightNames& names, const std::string& prefix,
+StatusOr<ExpertWeights> swiglu(const ModelSource& ckpt, const WeightNames& names, const std::string& prefix,
                                int64_t hidden, int64_t inter) {
   ExpertWeights E;
   MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, prefix + names.mlp_gate, inter, hidden));
@@ -55,7 +55,7 @@ StatusOr<ExpertWeights> swiglu(const HfCheckpoint& ckpt, const WeightNames& name
 
 }  // namespace
 
-Status bind_mlp_block(const ModelConfig& c, const HfCheckpoint& ckpt, int l, const ExpertFilter& want_expert,
+Status bind_mlp_block(const ModelConfig& c, const ModelSource& ckpt, int l, const ExpertFilter& want_expert,
                       LayerWeights* layer) {
   const WeightNames names = weight_names_for(c.family);
   const int64_t hidden = c.hidden_size;
@@ -89,7 +89,7 @@ Status bind_mlp_block(const ModelConfig& c, const HfCheckpoint& ckpt, int l, con
   return ok_status();
 }
 
-StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const HfCheckpoint& ckpt,
+StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const ModelSource& ckpt,
                                     const ExpertFilter& want_expert) {
   if (c.family == ModelFamily::kDeepseekV3) {
     return unimplemented("model_type 'deepseek_v3': Multi-head Latent Attention is not implemented yet "

@@ -1,4 +1,4 @@
-// The decoder's weights, bound by name from a checkpoint and checked against the config.
+// The decoder's weights, bound by name from a model source (model_source.h) and checked against the config.
 //
 // Matrices stay in the mapped files in their stored dtype (no f32 copies); the small
 // 1-D norm weights are converted to f32 vectors.
@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "moe/model/hf_checkpoint.h"
 #include "moe/model/config.h"
+#include "moe/model/hf_checkpoint.h"  // callers pass an HfCheckpoint as the ModelSource
+#include "moe/model/model_source.h"
 #include "moe/status.h"
 #include "moe/tensor/weight.h"
 
@@ -53,18 +54,20 @@ struct ModelWeights {
 // Which experts this process holds; default: all of them.
 using ExpertFilter = std::function<bool(int layer, int expert)>;
 
-// Binds every tensor the config's family needs. Errors (NotFound for a missing
-// tensor, InvalidArgument for a wrong shape or an unsupported dtype) name the tensor,
-// its file, and the expected vs found shape; Unimplemented for deepseek_v3 (MLA
-// attention is not implemented yet).
-StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const HfCheckpoint& ckpt,
+// Binds every tensor the config's family needs, from `source` (an HfCheckpoint or a
+// restored StoreModel); the weights point into its memory and live while it does.
+// Errors (NotFound for a missing tensor, FailedPrecondition for a wanted expert the
+// source did not load, InvalidArgument for a wrong shape or an unsupported dtype) name
+// the tensor, its file, and the expected vs found shape; Unimplemented for deepseek_v3
+// (MLA attention is not implemented yet).
+StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const ModelSource& source,
                                     const ExpertFilter& want_expert = nullptr);
 
 // Binds only layer l's MLP block into *layer: the dense MLP, or the router, score bias,
 // shared expert (+ gate) and routed experts (those want_expert selects). Used by
 // bind_weights, and to test an MoE block of a family whose attention is not
 // implemented (deepseek_v3). Errors as bind_weights.
-Status bind_mlp_block(const ModelConfig& config, const HfCheckpoint& ckpt, int l, const ExpertFilter& want_expert,
+Status bind_mlp_block(const ModelConfig& config, const ModelSource& source, int l, const ExpertFilter& want_expert,
                       LayerWeights* layer);
 
 }  // namespace moe

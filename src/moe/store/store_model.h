@@ -37,10 +37,13 @@ class StoreModel final : public ModelSource {
   // Errors as current_version/read_manifest (store_reader.h).
   static StatusOr<std::unique_ptr<StoreModel>> open(const std::string& store, int64_t version = 0);
 
-  // Restores every non-expert shard and the expert shards `want` selects (all if null)
-  // on options.threads threads, verifying every hash (fallback as store_reader.h).
-  // Errors: the first shard that has no good copy (DataLoss/NotFound naming layer,
-  // expert and file); nothing is kept then. Call once, before get().
+  // Restores every non-expert shard (kinds layer, model and file) and the expert shards
+  // `want` selects (all if null) on options.threads threads, each shard read, decoded
+  // and hash-verified straight into its own buffer (fallback as store_reader.h).
+  // `report` (optional) receives counts, bytes and seconds. Errors: the first shard that
+  // has no good copy (DataLoss/NotFound naming layer, expert and file); nothing is kept
+  // then. FailedPrecondition if called a second time. Call before get(); not
+  // thread-safe with the other methods.
   Status restore(const ExpertFilter& want, const RestoreOptions& options, RestoreReport* report);
 
   // One expert's shard (w1/w2/w3 and any scales), read and verified now, for a rank
@@ -56,7 +59,10 @@ class StoreModel final : public ModelSource {
   const Manifest& manifest() const { return manifest_; }
   const std::string& store() const { return store_; }
 
-  // ModelSource.
+  // ModelSource. location(): "store DIR (version N)". read_file: a kind-file shard by
+  // its file name (restored, or read and verified now, e.g. config.json before
+  // restore()). get(): FailedPrecondition naming the tensor, layer and expert for a
+  // tensor restore() did not load. Const methods are thread-safe after restore().
   std::string location() const override;
   StatusOr<std::string> read_file(const std::string& name) const override;
   bool contains(const std::string& name) const override;
@@ -68,8 +74,13 @@ class StoreModel final : public ModelSource {
   StoreModel() = default;
   std::string store_;
   Manifest manifest_;
-  std::map<std::string, std::vector<uint8_t>> shard_bytes_;  // shard id -> restored raw bytes
-  std::map<std::string, StoredTensor> tensors_;             // restored tensors, views into shard_bytes_
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> data;  // not zero-filled: the shard's bytes are read into it
+    size_t size = 0;
+  };
+  bool restored_ = false;
+  std::map<std::string, Buffer> shard_bytes_;    // shard id -> restored raw bytes
+  std::map<std::string, StoredTensor> tensors_;  // restored tensors, views into shard_bytes_
 };
 
 }  // namespace moe
