@@ -38,7 +38,8 @@ class CkptCliTest : public ::testing::Test {
 
   // Path of the shard file with id `id` under the documented layout shards/<2 hex>/<hash>.shard.
   std::string shard_path(const std::string& id) {
-    for (const auto& s : current_manifest()["shards"]) {
+    const nlohmann::json manifest = current_manifest();
+    for (const auto& s : manifest["shards"]) {
       if (s["id"] == id) {
         const std::string h = s["hash"];
         return store_ + "/shards/" + h.substr(0, 2) + "/" + h + ".shard";
@@ -73,7 +74,8 @@ TEST_F(CkptCliTest, ConvertInfoVerifyRestoreRoundTripsByteExact) {
   // 4 MoE layers x 8 experts = 32 expert shards, among others; nothing skipped in a new store.
   EXPECT_NE(conv.output.find("skipped: 0 shards"), std::string::npos) << conv.output;
   int experts = 0;
-  for (const auto& s : current_manifest()["shards"]) experts += s["kind"] == "expert" ? 1 : 0;
+  const nlohmann::json manifest = current_manifest();
+  for (const auto& s : manifest["shards"]) experts += s["kind"] == "expert" ? 1 : 0;
   EXPECT_EQ(experts, 32);
 
   auto info = moe("ckpt info --store " + sh_quote(store_));
