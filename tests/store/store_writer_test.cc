@@ -38,7 +38,8 @@ SaveOptions options_new() {
 
 // `xxhsum -H2 FILE`'s hash (the independent reference for content hashes).
 std::string xxhsum(const std::string& path) {
-  auto r = testing::run_command("xxhsum -H2 '" + path + "'");
+  // xxhsum writes progress to stderr: keep stdout only.
+  auto r = testing::run_command("(xxhsum -H2 '" + path + "' 2>/dev/null)");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const auto space = r.output.find(' ');
   return r.output.substr(0, space);
