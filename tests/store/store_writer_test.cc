@@ -87,7 +87,14 @@ TEST(StoreWriter, ConvertThenExportIsByteExact) {
   EXPECT_EQ(expert->element_bytes, 2);
   // Per-codec report: the shards each codec was chosen for add up to those written.
   int chosen = 0;
-  for (const auto& c : report->codecs) chosen += c.shards;
+  std::printf("[ info ] convert: %d shards, raw %llu bytes, stored %llu bytes\n", report->shards_written,
+              static_cast<unsigned long long>(report->raw_bytes_written),
+              static_cast<unsigned long long>(report->stored_bytes_written));
+  for (const auto& c : report->codecs) {
+    chosen += c.shards;
+    std::printf("[ info ]   %s: tried on %llu raw bytes -> %llu, chosen for %d shards\n", codec_name(c.codec),
+                static_cast<unsigned long long>(c.raw_bytes), static_cast<unsigned long long>(c.stored_bytes), c.shards);
+  }
   EXPECT_EQ(chosen, report->shards_written);
 
   // Content hashes as xxhsum computes them; a zstd shard's payload decodes with the zstd CLI.
@@ -190,6 +197,10 @@ TEST(StoreWriter, IncrementalSaveWritesOnlyTheChangedExpert) {
   ASSERT_NE(testing::read_file(model + "/model.safetensors"), testing::read_file(original + "/model.safetensors"));
   auto second = save_to_store(model, store, {});
   ASSERT_TRUE(second.ok()) << second.status().to_string();
+  std::printf("[ info ] incremental save: %d written (raw %llu, stored %llu bytes), %d skipped (raw %llu bytes)\n",
+              second->shards_written, static_cast<unsigned long long>(second->raw_bytes_written),
+              static_cast<unsigned long long>(second->stored_bytes_written), second->shards_skipped,
+              static_cast<unsigned long long>(second->raw_bytes_skipped));
   EXPECT_EQ(second->version, 3);
   EXPECT_EQ(second->shards_written, 1);
   EXPECT_EQ(second->shards_skipped, first->shards_written - 1);
