@@ -172,6 +172,14 @@ TEST(StoreWriter, ForcedRawCodecAndThreadsGiveTheSameHashes) {
     EXPECT_EQ(ma.shards[i].stored_bytes, ma.shards[i].raw_bytes);
   }
   EXPECT_EQ(ma.fingerprint, mb.fingerprint);
+  // A skipped shard is listed as it is stored (raw here), whatever this save would choose.
+  auto again = save_to_store(testing::tiny_model_dir(), tmp.file("a"), {});
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->shards_written, 0);
+  for (const auto& s : load(tmp.file("a"), 2).shards) {
+    EXPECT_EQ(s.codec, Codec::kRaw) << s.id;
+    EXPECT_EQ(s.stored_bytes, s.raw_bytes) << s.id;
+  }
   ASSERT_TRUE(export_hf(tmp.file("a"), 0, tmp.file("out"), nullptr).ok());
   EXPECT_EQ(testing::cmp_trees(testing::tiny_model_dir(), tmp.file("out")), "");
 }
