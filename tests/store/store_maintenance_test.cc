@@ -186,5 +186,36 @@ TEST_F(StoreMaintenance, GcRefusesWhenAKeptManifestIsUnreadable) {
   EXPECT_EQ(testing::count_files(tmp_.file("store/shards")), before);
 }
 
+TEST_F(StoreMaintenance, ErrorsForMissingStoresVersionsAndTargets) {
+  auto gc = gc_store(tmp_.file("nothing"), 1);
+  EXPECT_EQ(gc.status().code(), StatusCode::kNotFound);
+  EXPECT_CONTAINS(gc.status().message(), tmp_.file("nothing"));
+  auto v = verify_store(store_, 9, 1, nullptr);
+  EXPECT_EQ(v.status().code(), StatusCode::kNotFound);
+  EXPECT_CONTAINS(v.status().message(), "MANIFEST-000009");
+  // A manifest file holding another version than its name says.
+  std::filesystem::copy_file(store_manifest_path(store_, 1), store_manifest_path(store_, 4));
+  v = verify_store(store_, 4, 1, nullptr);
+  EXPECT_EQ(v.status().code(), StatusCode::kDataLoss);
+  EXPECT_CONTAINS(v.status().message(), "MANIFEST-000004");
+  testing::write_file(tmp_.file("a_file"), "x");
+  auto st = export_hf(store_, 0, tmp_.file("a_file"), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_CONTAINS(st.message(), tmp_.file("a_file"));
+}
+
+TEST_F(StoreMaintenance, ExportRefusesAFileNameOutsideTheDirectory) {
+  // A manifest whose file shard would be written to ../escaped.
+  auto json = nlohmann::json::parse(testing::read_file(store_manifest_path(store_, 1)));
+  for (auto& shard : json["shards"]) {
+    if (shard["id"] == "file:README.md") shard["file_name"] = "../escaped.md";
+  }
+  testing::write_file(store_manifest_path(store_, 1), json.dump());
+  auto st = export_hf(store_, 0, tmp_.file("out/inner"), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.to_string();
+  EXPECT_CONTAINS(st.message(), "../escaped.md");
+  EXPECT_FALSE(std::filesystem::exists(tmp_.file("out/escaped.md")));
+}
+
 }  // namespace
 }  // namespace moe

@@ -38,7 +38,8 @@ SaveOptions options_new() {
 
 // `xxhsum -H2 FILE`'s hash (the independent reference for content hashes).
 std::string xxhsum(const std::string& path) {
-  auto r = testing::run_command("xxhsum -H2 '" + path + "'");
+  // xxhsum writes progress to stderr: keep stdout only.
+  auto r = testing::run_command("(xxhsum -H2 '" + path + "' 2>/dev/null)");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const auto space = r.output.find(' ');
   return r.output.substr(0, space);
@@ -86,7 +87,14 @@ TEST(StoreWriter, ConvertThenExportIsByteExact) {
   EXPECT_EQ(expert->element_bytes, 2);
   // Per-codec report: the shards each codec was chosen for add up to those written.
   int chosen = 0;
-  for (const auto& c : report->codecs) chosen += c.shards;
+  std::printf("[ info ] convert: %d shards, raw %llu bytes, stored %llu bytes\n", report->shards_written,
+              static_cast<unsigned long long>(report->raw_bytes_written),
+              static_cast<unsigned long long>(report->stored_bytes_written));
+  for (const auto& c : report->codecs) {
+    chosen += c.shards;
+    std::printf("[ info ]   %s: tried on %llu raw bytes -> %llu, chosen for %d shards\n", codec_name(c.codec),
+                static_cast<unsigned long long>(c.raw_bytes), static_cast<unsigned long long>(c.stored_bytes), c.shards);
+  }
   EXPECT_EQ(chosen, report->shards_written);
 
   // Content hashes as xxhsum computes them; a zstd shard's payload decodes with the zstd CLI.
@@ -116,6 +124,8 @@ TEST(StoreWriter, ShardedModelWithIndexRoundTrips) {
   std::filesystem::create_directories(model + "/extra/deeper");
   testing::write_file(model + "/extra/deeper/notes.txt", "nested file\n");
   testing::write_file(model + "/empty.txt", "");
+  // Same bytes as config.json: stored once.
+  std::filesystem::copy_file(model + "/config.json", model + "/extra/config_copy.json");
   const std::string store = tmp.file("store");
   SaveOptions o = options_new();
   o.codec = "zstd-planes";
@@ -124,6 +134,13 @@ TEST(StoreWriter, ShardedModelWithIndexRoundTrips) {
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   const Manifest m = load(store, 1);
   EXPECT_EQ(m.hf_files.size(), 2u);
+  std::set<Hash128> unique;
+  for (const auto& s : m.shards) unique.insert(s.hash);
+  EXPECT_EQ(unique.size() + 1, m.shards.size());
+  EXPECT_EQ(report->shards_written, static_cast<int>(unique.size()));
+  EXPECT_EQ(report->shards_skipped, 1);
+  EXPECT_EQ(testing::count_files(store + "/shards"), static_cast<int>(unique.size()));
+  EXPECT_EQ(m.find_file("extra/config_copy.json")->hash, m.find_file("config.json")->hash);
   ASSERT_NE(m.find_file("extra/deeper/notes.txt"), nullptr);
   ASSERT_NE(m.find_file("model.safetensors.index.json"), nullptr);
   for (const auto& s : m.shards) {
@@ -155,6 +172,14 @@ TEST(StoreWriter, ForcedRawCodecAndThreadsGiveTheSameHashes) {
     EXPECT_EQ(ma.shards[i].stored_bytes, ma.shards[i].raw_bytes);
   }
   EXPECT_EQ(ma.fingerprint, mb.fingerprint);
+  // A skipped shard is listed as it is stored (raw here), whatever this save would choose.
+  auto again = save_to_store(testing::tiny_model_dir(), tmp.file("a"), {});
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->shards_written, 0);
+  for (const auto& s : load(tmp.file("a"), 2).shards) {
+    EXPECT_EQ(s.codec, Codec::kRaw) << s.id;
+    EXPECT_EQ(s.stored_bytes, s.raw_bytes) << s.id;
+  }
   ASSERT_TRUE(export_hf(tmp.file("a"), 0, tmp.file("out"), nullptr).ok());
   EXPECT_EQ(testing::cmp_trees(testing::tiny_model_dir(), tmp.file("out")), "");
 }
@@ -180,6 +205,10 @@ TEST(StoreWriter, IncrementalSaveWritesOnlyTheChangedExpert) {
   ASSERT_NE(testing::read_file(model + "/model.safetensors"), testing::read_file(original + "/model.safetensors"));
   auto second = save_to_store(model, store, {});
   ASSERT_TRUE(second.ok()) << second.status().to_string();
+  std::printf("[ info ] incremental save: %d written (raw %llu, stored %llu bytes), %d skipped (raw %llu bytes)\n",
+              second->shards_written, static_cast<unsigned long long>(second->raw_bytes_written),
+              static_cast<unsigned long long>(second->stored_bytes_written), second->shards_skipped,
+              static_cast<unsigned long long>(second->raw_bytes_skipped));
   EXPECT_EQ(second->version, 3);
   EXPECT_EQ(second->shards_written, 1);
   EXPECT_EQ(second->shards_skipped, first->shards_written - 1);
@@ -281,6 +310,68 @@ TEST(StoreWriter, BadModelDirectoriesAreRefusedBeforeTheStoreIsTouched) {
   EXPECT_EQ(bad_codec.status().code(), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(bad_codec.status().message(), "lz4");
   EXPECT_FALSE(std::filesystem::exists(store));
+}
+
+TEST(StoreWriter, AShardFileWithABadHeaderIsWrittenAgain) {
+  ScopedTempDir tmp("store_heal");
+  const std::string store = tmp.file("store");
+  ASSERT_TRUE(save_to_store(testing::tiny_model_dir(), store, options_new()).ok());
+  const std::string path = store_shard_path(store, load(store, 1).find_expert(1, 1)->hash);
+  std::string bytes = testing::read_file(path);
+  bytes[0] = 'X';  // bad magic
+  testing::write_file(path, bytes);
+  auto again = save_to_store(testing::tiny_model_dir(), store, {});
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->shards_written, 1);
+  ASSERT_TRUE(export_hf(store, 1, tmp.file("out"), nullptr).ok());
+  EXPECT_EQ(testing::cmp_trees(testing::tiny_model_dir(), tmp.file("out")), "");
+}
+
+TEST(StoreWriter, BadOptionsAndStoresAreRefused) {
+  ScopedTempDir tmp("store_badopts");
+  SaveOptions zero;
+  zero.threads = 0;
+  auto r = save_to_store(testing::tiny_model_dir(), tmp.file("s"), zero);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(r.status().message(), "threads");
+
+  testing::write_file(tmp.file("file_store"), "x");
+  r = save_to_store(testing::tiny_model_dir(), tmp.file("file_store"), {});
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_CONTAINS(r.status().message(), tmp.file("file_store"));
+
+  // CURRENT that names no manifest: DataLoss naming CURRENT, nothing written.
+  const std::string store = tmp.file("store");
+  ASSERT_TRUE(save_to_store(testing::tiny_model_dir(), store, {}).ok());
+  testing::write_file(store_current_path(store), "garbage\n");
+  r = save_to_store(testing::tiny_model_dir(), store, {});
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_CONTAINS(r.status().message(), store_current_path(store));
+  // CURRENT naming a manifest that is gone.
+  testing::write_file(store_current_path(store), "MANIFEST-000007\n");
+  r = save_to_store(testing::tiny_model_dir(), store, {});
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_CONTAINS(r.status().message(), "MANIFEST-000007");
+  EXPECT_FALSE(std::filesystem::exists(store_manifest_path(store, 8)));
+}
+
+TEST(StoreWriter, ATensorInTwoFilesIsDataLoss) {
+  ScopedTempDir tmp("store_dup_tensor");
+  const std::string dir = tmp.file("model");
+  std::filesystem::create_directories(dir);
+  testing::write_file(dir + "/config.json", testing::read_file(testing::tiny_model_dir() + "/config.json"));
+  const std::vector<testing::StTensor> a = {{"x", "F32", {2}, std::string(8, '\1')}};
+  const std::vector<testing::StTensor> b = {{"x", "F32", {2}, std::string(8, '\2')}, {"y", "F32", {1}, std::string(4, '\3')}};
+  testing::write_file(dir + "/a.safetensors", testing::serialize_safetensors(a));
+  testing::write_file(dir + "/b.safetensors", testing::serialize_safetensors(b));
+  testing::write_json(dir + "/model.safetensors.index.json",
+                      {{"metadata", nlohmann::json::object()}, {"weight_map", {{"x", "a.safetensors"}, {"y", "b.safetensors"}}}});
+  auto r = save_to_store(dir, tmp.file("store"), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().to_string();
+  EXPECT_CONTAINS(r.status().message(), "'x'");
+  EXPECT_CONTAINS(r.status().message(), dir + "/a.safetensors");
+  EXPECT_CONTAINS(r.status().message(), dir + "/b.safetensors");
 }
 
 }  // namespace
