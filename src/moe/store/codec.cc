@@ -2,6 +2,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -117,6 +118,15 @@ StatusOr<Codec> parse_codec(const std::string& name) {
 void split_byte_planes(const uint8_t* src, size_t size, int element_bytes, uint8_t* dst) {
   const size_t w = static_cast<size_t>(element_bytes);
   const size_t n = size / w;
+  if (w == 2) {  // bf16/f16 (little-endian): high bytes to plane 0, low bytes to plane 1
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, src + 2 * i, 2);
+      dst[i] = static_cast<uint8_t>(v >> 8);
+      dst[n + i] = static_cast<uint8_t>(v & 0xff);
+    }
+    return;
+  }
   for (size_t p = 0; p < w; ++p) {
     const size_t byte = w - 1 - p;
     uint8_t* plane = dst + p * n;
@@ -127,6 +137,15 @@ void split_byte_planes(const uint8_t* src, size_t size, int element_bytes, uint8
 void join_byte_planes(const uint8_t* src, size_t size, int element_bytes, uint8_t* dst) {
   const size_t w = static_cast<size_t>(element_bytes);
   const size_t n = size / w;
+  if (w == 2) {  // bf16/f16, the common case: one 16-bit store per element (vectorises)
+    const uint8_t* high = src;
+    const uint8_t* low = src + n;
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t v = static_cast<uint16_t>(low[i] | (high[i] << 8));
+      std::memcpy(dst + 2 * i, &v, 2);
+    }
+    return;
+  }
   for (size_t p = 0; p < w; ++p) {
     const size_t byte = w - 1 - p;
     const uint8_t* plane = src + p * n;
@@ -174,9 +193,9 @@ Status decode(Codec codec, std::span<const uint8_t> stored, int element_bytes, s
         return data_loss("zstd-planes: " + std::to_string(raw.size()) + " bytes is not a multiple of element_bytes " +
                          std::to_string(element_bytes));
       }
-      std::vector<uint8_t> planes(raw.size());
-      MOE_RETURN_IF_ERROR(zstd_decompress(stored, planes.data(), planes.size()));
-      if (!raw.empty()) join_byte_planes(planes.data(), planes.size(), element_bytes, raw.data());
+      std::unique_ptr<uint8_t[]> planes(new uint8_t[std::max<size_t>(raw.size(), 1)]);  // no zero fill
+      MOE_RETURN_IF_ERROR(zstd_decompress(stored, planes.get(), raw.size()));
+      if (!raw.empty()) join_byte_planes(planes.get(), raw.size(), element_bytes, raw.data());
       return ok_status();
     }
   }
