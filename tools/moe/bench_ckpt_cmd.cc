@@ -48,6 +48,7 @@ struct BenchCkptFlags {
   int num_ranks = 4;
   int engine_threads = 1;
   bool keep = false;
+  bool cold = false;  // drop the page cache before each restore / cold-start case
   std::vector<std::string> only;  // sections to run; empty = all
 };
 
@@ -62,6 +63,17 @@ double median(std::vector<double> v) {
 
 std::string f2(double v) { return format_fixed(v, 2); }
 std::string f3(double v) { return format_fixed(v, 3); }
+
+// Writes back dirty pages and drops the page cache (root only), so the next read comes
+// from the disk.
+Status drop_page_cache() {
+  if (std::system("sync") != 0) return internal_error("sync failed");
+  std::ofstream out("/proc/sys/vm/drop_caches");
+  out << "3\n";
+  out.close();
+  if (!out) return failed_precondition("--cold: cannot write /proc/sys/vm/drop_caches (needs root)");
+  return ok_status();
+}
 
 bool wants(const BenchCkptFlags& f, const std::string& section) {
   return f.only.empty() || std::find(f.only.begin(), f.only.end(), section) != f.only.end();
@@ -174,13 +186,14 @@ Status bench_restore(const BenchCkptFlags& f, const std::string& store) {
   std::vector<uint64_t> bytes(cases.size(), 0);
   for (int round = 0; round <= f.rounds; ++round) {  // round 0 warms the page cache
     for (size_t c = 0; c < cases.size(); ++c) {
+      if (f.cold && c + 1 < cases.size()) MOE_RETURN_IF_ERROR(drop_page_cache());  // not before memcpy
       const double t0 = now_s();
       MOE_ASSIGN_OR_RETURN(bytes[c], cases[c].run());
       if (round > 0) secs[c].push_back(now_s() - t0);
     }
   }
-  std::printf("\n== restore: %s MB raw in the store (page cache warm; median of %d) ==\n", f2(raw_total / 1e6).c_str(),
-              f.rounds);
+  std::printf("\n== restore: %s MB raw in the store (page cache %s; median of %d) ==\n", f2(raw_total / 1e6).c_str(),
+              f.cold ? "dropped before each case" : "warm", f.rounds);
   std::printf("%-32s  %10s  %9s  %8s  %14s\n", "case", "raw MB", "seconds", "GB/s", "vs restore all");
   const double all1 = median(secs[0]);
   for (size_t c = 0; c < cases.size(); ++c) {
@@ -258,6 +271,7 @@ Status bench_cold_start(const BenchCkptFlags& f, const std::string& model, const
     for (int which = 0; which < 2; ++which) {
       EngineOptions eo{.model_dir = which == 0 ? model : store};
       eo.num_threads = f.engine_threads;
+      if (f.cold) MOE_RETURN_IF_ERROR(drop_page_cache());
       const double t0 = now_s();
       MOE_ASSIGN_OR_RETURN(auto engine, Engine::open(eo));
       // To the first token: a memory-mapped model reads its pages here, a restored one
@@ -269,8 +283,8 @@ Status bench_cold_start(const BenchCkptFlags& f, const std::string& model, const
       if (round > 0) (which == 0 ? hf_s : store_s).push_back(s);
     }
   }
-  std::printf("\n== cold start: Engine::open + first token of a 6-token prompt, %d thread(s), page cache warm (median "
-              "of %d) ==\n", f.engine_threads,
+  std::printf("\n== cold start: Engine::open + first token of a 6-token prompt, %d thread(s), page cache %s (median "
+              "of %d) ==\n", f.engine_threads, f.cold ? "dropped before each" : "warm",
               f.rounds);
   std::printf("from HF safetensors (mmap):   %s s\n", f3(median(hf_s)).c_str());
   std::printf("from the store (restore):     %s s (%sx)\n", f3(median(store_s)).c_str(),
@@ -319,6 +333,7 @@ RunFn add_bench_ckpt_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember({"codecs", "restore", "incremental", "cold-start"}));
   app.add_flag("--keep", f->keep, "keep --work-dir afterwards");
+  app.add_flag("--cold", f->cold, "drop the page cache before each restore and cold-start case (root)");
   return [f] { return run(*f); };
 }
 
