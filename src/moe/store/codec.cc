@@ -57,8 +57,25 @@ Status zstd_decompress(std::span<const uint8_t> stored, uint8_t* dst, size_t siz
   if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != size) {
     return data_loss("zstd frame holds " + std::to_string(content) + " bytes, expected " + std::to_string(size));
   }
-  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
+  // One context per thread, reused (creating one per shard costs an allocation of its
+  // window buffers every time).
+  thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx(ZSTD_createDCtx());
   if (!dctx) return internal_error("zstd: cannot create a decompression context");
+  ZSTD_DCtx_reset(dctx.get(), ZSTD_reset_session_and_parameters);
+  if (content == size) {
+    // The frame says its size (ours always do): one-shot decode straight into `dst`,
+    // without the streaming window's extra copy. Trailing bytes after the frame are an
+    // error here too (ZSTD_decompressDCtx decodes every frame of the input).
+    const size_t first = ZSTD_findFrameCompressedSize(stored.data(), stored.size());
+    if (ZSTD_isError(first)) return data_loss(std::string("zstd frame truncated or corrupt: ") + ZSTD_getErrorName(first));
+    if (first != stored.size()) {
+      return data_loss(std::to_string(stored.size() - first) + " trailing bytes after the zstd frame");
+    }
+    const size_t n = ZSTD_decompressDCtx(dctx.get(), dst, size, stored.data(), stored.size());
+    if (ZSTD_isError(n)) return data_loss(std::string("zstd decode failed: ") + ZSTD_getErrorName(n));
+    if (n != size) return data_loss("zstd frame holds " + std::to_string(n) + " bytes, expected " + std::to_string(size));
+    return ok_status();
+  }
   // Streaming decode into exactly `size` bytes: stops (with an error) at anything more,
   // and handles frames without a content size (e.g. `zstd` CLI from a pipe).
   ZSTD_inBuffer in{stored.data(), stored.size(), 0};
@@ -193,7 +210,14 @@ Status decode(Codec codec, std::span<const uint8_t> stored, int element_bytes, s
         return data_loss("zstd-planes: " + std::to_string(raw.size()) + " bytes is not a multiple of element_bytes " +
                          std::to_string(element_bytes));
       }
-      std::unique_ptr<uint8_t[]> planes(new uint8_t[std::max<size_t>(raw.size(), 1)]);  // no zero fill
+      // A scratch buffer per thread, kept: a fresh one per shard would be mapped and
+      // page-faulted in each time (malloc serves large blocks by mmap).
+      thread_local std::unique_ptr<uint8_t[]> planes;
+      thread_local size_t planes_capacity = 0;
+      if (planes_capacity < raw.size()) {
+        planes.reset(new uint8_t[raw.size()]);  // no zero fill
+        planes_capacity = raw.size();
+      }
       MOE_RETURN_IF_ERROR(zstd_decompress(stored, planes.get(), raw.size()));
       if (!raw.empty()) join_byte_planes(planes.get(), raw.size(), element_bytes, raw.data());
       return ok_status();

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 namespace moe {
 
@@ -152,8 +153,15 @@ Status read_shard(const std::string& path, const Hash128& expected, std::span<ui
   if (header.codec == Codec::kRaw) {
     MOE_RETURN_IF_ERROR(fd.read_at(path, kShardHeaderBytes, raw.data(), raw.size()));
   } else {
-    std::vector<uint8_t> stored(header.stored_bytes);
-    MOE_RETURN_IF_ERROR(fd.read_at(path, kShardHeaderBytes, stored.data(), stored.size()));
+    // Per-thread scratch, kept between shards (see codec.cc's plane buffer).
+    thread_local std::unique_ptr<uint8_t[]> scratch;
+    thread_local size_t scratch_capacity = 0;
+    if (scratch_capacity < header.stored_bytes) {
+      scratch.reset(new uint8_t[header.stored_bytes]);
+      scratch_capacity = header.stored_bytes;
+    }
+    std::span<const uint8_t> stored(scratch.get(), header.stored_bytes);
+    MOE_RETURN_IF_ERROR(fd.read_at(path, kShardHeaderBytes, scratch.get(), header.stored_bytes));
     Status s = decode(header.codec, stored, header.element_bytes, raw);
     if (!s.ok()) return data_loss("shard " + path + " (" + codec_name(header.codec) + ") does not decode: " + s.message());
   }
