@@ -18,6 +18,7 @@
 #include "moe/runtime/expert_migration.h"
 #include "moe/runtime/rebalancer.h"
 #include "moe/stats/expert_load_stats.h"
+#include "moe/store/store_model.h"
 #include "moe/transformer/decoder.h"
 
 namespace moe {
@@ -29,6 +30,8 @@ struct Engine::Impl final : EpStepRunner {
   // The model.
   ModelConfig config;
   std::unique_ptr<ModelSource> source;  // where the weights live (HF dir or restored store)
+  StoreModel* store = nullptr;           // `source` when it is a store, else null
+  std::vector<MissingExpert> missing_experts;  // held here, no good local copy (EP: peers supply them)
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
   ModelInfo info;

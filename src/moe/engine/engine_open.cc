@@ -5,6 +5,8 @@
 #include <omp.h>
 #include <sys/stat.h>
 
+#include <set>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +14,7 @@
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
 #include "moe/engine/engine_impl.h"
+#include "moe/engine/peer_expert_recovery.h"
 #include "moe/model/config.h"
 #include "moe/model/fingerprint.h"
 #include "moe/model/hf_checkpoint.h"
@@ -174,14 +177,31 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     // Only this rank's experts (the filter above), verified as they are read.
     RestoreOptions restore_options;
     restore_options.threads = options.num_threads > 0 ? options.num_threads : 1;
+    // Under EP an expert shard with no good local copy may come from a peer's replica
+    // (recover_experts_from_peers, after the start-up agreement); alone it is an error.
+    restore_options.tolerate_missing_experts = impl->comm != nullptr;
     RestoreReport report;
     MOE_RETURN_IF_ERROR(store->restore(filter, restore_options, &report));
     MOE_LOG_INFO("restored {}: {} shards ({} of {} experts), {:.1f} MB in {:.3f} s on {} thread(s), {} fallback(s)",
                  store->location(), report.shards_read, report.expert_shards_read, report.expert_shards_total,
                  report.raw_bytes / 1e6, report.seconds, restore_options.threads, report.fallbacks);
+    for (const MissingExpert& m : report.missing) {
+      MOE_LOG_WARN("layer {}, expert {}: no good local copy ({}); asking the other ranks for theirs", m.layer,
+                   m.expert, m.error);
+    }
+    impl->missing_experts = std::move(report.missing);
+    impl->store = store.get();
     impl->source = std::move(store);
   }
-  MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, *impl->source, filter));
+  ExpertFilter bind_filter = filter;
+  if (!impl->missing_experts.empty()) {
+    std::set<std::pair<int, int>> gone;
+    for (const MissingExpert& m : impl->missing_experts) gone.insert({m.layer, m.expert});
+    bind_filter = [filter, gone](int layer, int expert) {
+      return filter(layer, expert) && gone.count({layer, expert}) == 0;
+    };
+  }
+  MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, *impl->source, bind_filter));
   MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(*impl->source));
   if (impl->tokenizer->vocab_size() > impl->config.vocab_size) {
     return invalid_argument(dir + "/tokenizer.model has " + std::to_string(impl->tokenizer->vocab_size()) +
@@ -201,6 +221,17 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (impl->comm != nullptr) {
     const uint64_t fp = local.ok() ? model_fingerprint(*impl->source, impl->weights) : 0;
     MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
+    // Collective on every rank (HF ones too: they can serve copies).
+    std::vector<ExpertPlacement> placements;
+    for (const EpContext& ctx : impl->ep) placements.push_back(ctx.placement);
+    PeerRecoveryInputs recovery{.comm = impl->comm,
+                                .config = &impl->config,
+                                .source = impl->source.get(),
+                                .store = impl->store,
+                                .placements = &placements,
+                                .layers = &impl->weights.layers,
+                                .missing = std::move(impl->missing_experts)};
+    MOE_RETURN_IF_ERROR(recover_experts_from_peers(recovery));
   } else if (!local.ok()) {
     return local;
   }

@@ -59,7 +59,6 @@ Status bind_mlp_block(const ModelConfig& c, const ModelSource& ckpt, int l, cons
                       LayerWeights* layer) {
   const WeightNames names = weight_names_for(c.family);
   const int64_t hidden = c.hidden_size;
-  const int64_t inter = c.moe_intermediate_size;
   LayerWeights& L = *layer;
   if (!c.is_moe_layer(l)) {
     MOE_ASSIGN_OR_RETURN(L.dense_mlp,
@@ -80,12 +79,21 @@ Status bind_mlp_block(const ModelConfig& c, const ModelSource& ckpt, int l, cons
   L.experts.resize(static_cast<size_t>(c.router.num_experts));
   for (int e = 0; e < c.router.num_experts; ++e) {
     if (want_expert && !want_expert(l, e)) continue;
-    ExpertWeights& E = L.experts[static_cast<size_t>(e)];
-    MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, names.expert(l, e, names.expert_w1), inter, hidden));
-    MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, names.expert(l, e, names.expert_w2), hidden, inter));
-    MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, names.expert(l, e, names.expert_w3), inter, hidden));
-    E.loaded = true;
+    MOE_RETURN_IF_ERROR(bind_expert(c, ckpt, l, e, &L.experts[static_cast<size_t>(e)]));
   }
+  return ok_status();
+}
+
+Status bind_expert(const ModelConfig& c, const ModelSource& ckpt, int l, int e, ExpertWeights* expert) {
+  const WeightNames names = weight_names_for(c.family);
+  const int64_t hidden = c.hidden_size;
+  const int64_t inter = c.moe_intermediate_size;
+  ExpertWeights E;
+  MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, names.expert(l, e, names.expert_w1), inter, hidden));
+  MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, names.expert(l, e, names.expert_w2), hidden, inter));
+  MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, names.expert(l, e, names.expert_w3), inter, hidden));
+  E.loaded = true;
+  *expert = E;
   return ok_status();
 }
 

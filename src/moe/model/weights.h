@@ -70,4 +70,10 @@ StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const ModelSource
 Status bind_mlp_block(const ModelConfig& config, const ModelSource& source, int l, const ExpertFilter& want_expert,
                       LayerWeights* layer);
 
+// Binds routed expert `expert` of MoE layer `layer` (its w1/w2/w3, weight_names.h)
+// from `source` into *out, with loaded = true; *out is unchanged on error. Used by
+// bind_mlp_block, and to bind an expert that arrived later (a peer's replica).
+// Errors as bind_weights, naming the tensor.
+Status bind_expert(const ModelConfig& config, const ModelSource& source, int layer, int expert, ExpertWeights* out);
+
 }  // namespace moe

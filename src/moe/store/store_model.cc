@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <utility>
 
 #include "moe/core/clock.h"
 #include "moe/store/store_layout.h"
@@ -42,6 +44,7 @@ Status StoreModel::restore(const ExpertFilter& want, const RestoreOptions& optio
                    [](const ShardEntry* a, const ShardEntry* b) { return a->raw_bytes > b->raw_bytes; });
   std::vector<Buffer> buffers(chosen.size());
   std::vector<ShardReadResult> results(chosen.size());
+  std::vector<Status> read_errors(chosen.size());  // tolerated expert shards with no good copy
   const Status st = run_parallel(
       chosen.size(), options.threads, "restore", total_raw, options.progress,
       [&](size_t i, std::atomic<uint64_t>& done) -> Status {
@@ -49,39 +52,77 @@ Status StoreModel::restore(const ExpertFilter& want, const RestoreOptions& optio
         Buffer& b = buffers[i];
         b.data.reset(new uint8_t[std::max<uint64_t>(e.raw_bytes, 1)]);
         b.size = e.raw_bytes;
-        MOE_ASSIGN_OR_RETURN(results[i], read_shard_verified(store_, manifest_, e, std::span<uint8_t>(b.data.get(), b.size)));
+        auto read = read_shard_verified(store_, manifest_, e, std::span<uint8_t>(b.data.get(), b.size));
         done += e.raw_bytes;
+        if (!read.ok() && options.tolerate_missing_experts && e.kind == ShardKind::kExpert) {
+          read_errors[i] = read.status();  // a peer may have it
+          b = Buffer{};
+          return ok_status();
+        }
+        MOE_ASSIGN_OR_RETURN(results[i], std::move(read));
         return ok_status();
       });
   if (!st.ok()) return st;
 
   for (size_t i = 0; i < chosen.size(); ++i) {
     const ShardEntry& e = *chosen[i];
+    if (!read_errors[i].ok()) {
+      rep.missing.push_back(MissingExpert{e.layer, e.expert, read_errors[i].message()});
+      continue;
+    }
     rep.raw_bytes += e.raw_bytes;
     if (results[i].source == ShardSource::kStore) {
       rep.stored_bytes += e.stored_bytes;
     } else {
       ++rep.fallbacks;
     }
-    const uint8_t* base = buffers[i].data.get();
-    const std::string file = store_shard_path(store_, e.hash);
-    for (const ShardTensor& t : e.tensors) {
-      StoredTensor view;
-      view.name = t.name;
-      view.file = file;
-      view.dtype_name = t.dtype;
-      view.dtype = parse_dtype(t.dtype);
-      view.shape = t.shape;
-      view.data = base + t.offset;
-      view.nbytes = t.nbytes;
-      tensors_[t.name] = std::move(view);
-    }
-    shard_bytes_[e.id] = std::move(buffers[i]);
+    register_shard(e, std::move(buffers[i]), store_shard_path(store_, e.hash));
   }
-  rep.shards_read = static_cast<int>(chosen.size());
+  std::sort(rep.missing.begin(), rep.missing.end(), [](const MissingExpert& a, const MissingExpert& b) {
+    return std::pair(a.layer, a.expert) < std::pair(b.layer, b.expert);
+  });
+  rep.shards_read = static_cast<int>(chosen.size() - rep.missing.size());
   rep.seconds = now_seconds() - t0;
   restored_ = true;
   if (report != nullptr) *report = rep;
+  return ok_status();
+}
+
+void StoreModel::register_shard(const ShardEntry& e, Buffer buffer, const std::string& file) {
+  const uint8_t* base = buffer.data.get();
+  for (const ShardTensor& t : e.tensors) {
+    StoredTensor view;
+    view.name = t.name;
+    view.file = file;
+    view.dtype_name = t.dtype;
+    view.dtype = parse_dtype(t.dtype);
+    view.shape = t.shape;
+    view.data = base + t.offset;
+    view.nbytes = t.nbytes;
+    tensors_[t.name] = std::move(view);
+  }
+  shard_bytes_[e.id] = std::move(buffer);
+}
+
+Status StoreModel::adopt_expert_shard(int layer, int expert, std::vector<uint8_t> bytes, const std::string& origin) {
+  const std::string what = "layer " + std::to_string(layer) + ", expert " + std::to_string(expert);
+  if (!restored_) return failed_precondition(location() + ": adopt_expert_shard(" + what + ") before restore()");
+  const ShardEntry* e = manifest_.find_expert(layer, expert);
+  if (e == nullptr) return not_found(what + " is not in " + location());
+  if (bytes.size() != e->raw_bytes) {
+    return data_loss(what + ": the copy from " + origin + " has " + std::to_string(bytes.size()) +
+                     " bytes, the manifest of " + location() + " says " + std::to_string(e->raw_bytes));
+  }
+  const Hash128 got = hash_bytes(bytes.data(), bytes.size());
+  if (!(got == e->hash)) {
+    return data_loss(what + ": the copy from " + origin + " has hash " + got.hex() + ", the manifest of " +
+                     location() + " expects " + e->hash.hex());
+  }
+  Buffer b;
+  b.data.reset(new uint8_t[std::max<size_t>(bytes.size(), 1)]);
+  b.size = bytes.size();
+  if (!bytes.empty()) std::memcpy(b.data.get(), bytes.data(), bytes.size());
+  register_shard(*e, std::move(b), store_shard_path(store_, e->hash) + " (copy from " + origin + ")");
   return ok_status();
 }
 

@@ -19,6 +19,17 @@ namespace moe {
 struct RestoreOptions {
   int threads = 1;           // reader threads (each reads, decodes and hashes whole shards)
   StoreProgressFn progress;  // optional; called from the calling thread
+  // An expert shard with no good copy (neither the store's nor the HF source's) does not
+  // fail restore(): it is listed in RestoreReport::missing, for a peer to supply
+  // (engine/peer_expert_recovery.h). Non-expert shards still fail restore().
+  bool tolerate_missing_experts = false;
+};
+
+// An expert shard restore() found no good copy of (with tolerate_missing_experts).
+struct MissingExpert {
+  int layer = -1;
+  int expert = -1;
+  std::string error;  // why: the read error naming the shard file(s) and what was wrong
 };
 
 struct RestoreReport {
@@ -29,6 +40,7 @@ struct RestoreReport {
   uint64_t stored_bytes = 0;  // read from disk
   int fallbacks = 0;          // shards taken from another copy (logged)
   double seconds = 0;
+  std::vector<MissingExpert> missing;  // tolerate_missing_experts only; by (layer, expert)
 };
 
 class StoreModel final : public ModelSource {
@@ -56,6 +68,15 @@ class StoreModel final : public ModelSource {
   };
   StatusOr<ExpertShard> read_expert(int layer, int expert) const;
 
+  // Takes expert (layer, expert)'s shard bytes from elsewhere (a peer's replica), after
+  // restore(): checks their size and XXH3-128 against the manifest's entry, then
+  // registers the shard's tensors so get() serves them (replacing any restored copy).
+  // `origin` says where the bytes came from, for StoredTensor::file ("rank 0").
+  // Errors (nothing changes): FailedPrecondition before restore(); NotFound naming the
+  // layer and expert if the manifest has no such expert; DataLoss naming the layer, the
+  // expert, the origin and the expected vs actual size or hash. Not thread-safe.
+  Status adopt_expert_shard(int layer, int expert, std::vector<uint8_t> bytes, const std::string& origin);
+
   const Manifest& manifest() const { return manifest_; }
   const std::string& store() const { return store_; }
 
@@ -78,6 +99,8 @@ class StoreModel final : public ModelSource {
     std::unique_ptr<uint8_t[]> data;  // not zero-filled: the shard's bytes are read into it
     size_t size = 0;
   };
+  // Points tensors_ at `buffer`'s bytes (views per e.tensors) and keeps it as e's bytes.
+  void register_shard(const ShardEntry& e, Buffer buffer, const std::string& file);
   bool restored_ = false;
   std::map<std::string, Buffer> shard_bytes_;    // shard id -> restored raw bytes
   std::map<std::string, StoredTensor> tensors_;  // restored tensors, views into shard_bytes_
