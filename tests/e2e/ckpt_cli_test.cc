@@ -173,6 +173,10 @@ TEST_F(CkptCliTest, BadStoresAndFlagsGetClearErrors) {
   r = moe("ckpt convert --codec lz4 --from " + sh_quote(model_) + " --store " + sh_quote(dir_ + "/s2"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("lz4"), std::string::npos) << r.output;
+  r = moe("ckpt convert --codec raw --level 9 --from " + sh_quote(model_) + " --store " + sh_quote(dir_ + "/s5"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--level has no effect with --codec raw"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ + "/s5"));
   r = moe("ckpt convert --level 0 --from " + sh_quote(model_) + " --store " + sh_quote(dir_ + "/s3"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--level"), std::string::npos) << r.output;

@@ -41,6 +41,8 @@ struct CkptFlags {
   int keep = 2;
   std::string format = "table";
   bool quiet = false;
+  bool level_given = false;         // --level / --zstd-threads set on the command line
+  bool zstd_threads_given = false;
 };
 
 std::string mb(uint64_t bytes) { return format_fixed(static_cast<double>(bytes) / 1e6, 2) + " MB"; }
@@ -50,6 +52,10 @@ std::string ratio(uint64_t raw, uint64_t stored) {
 }
 
 int run_save(const CkptFlags& f, bool convert) {
+  if (f.codec == "raw" && (f.level_given || f.zstd_threads_given)) {
+    return fail(std::string(f.level_given ? "--level" : "--zstd-threads") +
+                " has no effect with --codec raw (nothing is compressed)");
+  }
   SaveOptions opts;
   opts.codec = f.codec;
   opts.codec_options.level = f.level;
@@ -142,6 +148,7 @@ int run_info(const CkptFlags& f) {
     int experts = 0;
     for (const ShardEntry& s : m.value().shards) experts += s.kind == ShardKind::kExpert ? 1 : 0;
     j["versions"].push_back({{"version", v},
+                             {"committed", v <= current.value()},
                              {"created_unix_ms", m.value().created_unix_ms},
                              {"model_type", m.value().model_type},
                              {"shards", m.value().shards.size()},
@@ -170,17 +177,18 @@ int run_info(const CkptFlags& f) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("store %s: current version %lld, %d shard files, %s on disk\n", f.store.c_str(),
+  std::printf("store %s: current version %lld (*), %d shard files, %s on disk\n", f.store.c_str(),
               static_cast<long long>(current.value()), files, mb(disk).c_str());
   std::printf("%8s  %-10s  %6s  %7s  %12s  %12s  %6s\n", "version", "model", "shards", "experts", "raw", "stored",
               "ratio");
   for (const auto& v : j["versions"]) {
     const int64_t ver = v["version"].get<int64_t>();
-    std::printf("%7lld%s  %-10s  %6zu  %7d  %12s  %12s  %6s\n", static_cast<long long>(ver),
+    std::printf("%7lld%s  %-10s  %6zu  %7d  %12s  %12s  %6s%s\n", static_cast<long long>(ver),
                 ver == current.value() ? "*" : " ", v["model_type"].get<std::string>().c_str(),
                 v["shards"].get<size_t>(), v["expert_shards"].get<int>(), mb(v["raw_bytes"].get<uint64_t>()).c_str(),
                 mb(v["stored_bytes"].get<uint64_t>()).c_str(),
-                ratio(v["raw_bytes"].get<uint64_t>(), v["stored_bytes"].get<uint64_t>()).c_str());
+                ratio(v["raw_bytes"].get<uint64_t>(), v["stored_bytes"].get<uint64_t>()).c_str(),
+                ver > current.value() ? "  (not committed: a save that failed; gc removes it)" : "");
   }
   std::printf("codecs of version %lld:\n", static_cast<long long>(current.value()));
   for (const auto& [name, p] : by_codec) {
@@ -205,11 +213,15 @@ int run_gc(const CkptFlags& f) {
 void add_codec_flags(CLI::App* app, CkptFlags* f) {
   app->add_option("--codec", f->codec, "auto (per shard, the smaller of zstd and zstd-planes), zstd, zstd-planes or raw")
       ->capture_default_str();
-  app->add_option("--level", f->level, "zstd compression level (1..19)")->capture_default_str()->check(CLI::Range(1, 19));
+  app->add_option("--level", f->level, "zstd compression level (1..19)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 19))
+      ->each([f](const std::string&) { f->level_given = true; });
   app->add_option("--threads", f->threads, "shards encoded in parallel")->capture_default_str()->check(CLI::Range(1, 256));
   app->add_option("--zstd-threads", f->zstd_threads, "zstd worker threads per shard")
       ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+      ->check(CLI::Range(1, 256))
+      ->each([f](const std::string&) { f->zstd_threads_given = true; });
   app->add_flag("--quiet", f->quiet, "no progress on stderr");
 }
 
