@@ -171,7 +171,7 @@ TEST_F(CkptCliTest, BadStoresAndFlagsGetClearErrors) {
   EXPECT_NE(r.output.find("MANIFEST-000001"), std::string::npos) << r.output;
 
   r = moe("ckpt convert --codec lz4 --from " + sh_quote(model_) + " --store " + sh_quote(dir_ + "/s2"));
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("lz4"), std::string::npos) << r.output;
   r = moe("ckpt convert --codec raw --level 9 --from " + sh_quote(model_) + " --store " + sh_quote(dir_ + "/s5"));
   EXPECT_EQ(r.exit_code, 1);
@@ -188,6 +188,76 @@ TEST_F(CkptCliTest, BadStoresAndFlagsGetClearErrors) {
     auto help = moe(std::string("ckpt ") + sub + " --help");
     EXPECT_EQ(help.exit_code, 0) << sub << ": " << help.output;
     EXPECT_NE(help.output.find("--store"), std::string::npos) << sub;
+  }
+}
+
+// What a new user hit (a fresh-eyes trial): each used to lose data, mislead or leave junk.
+TEST_F(CkptCliTest, StoreMistakesAreRefusedWithoutLosingVersions) {
+  ASSERT_EQ(moe("ckpt convert --quiet --from " + sh_quote(model_) + " --store " + sh_quote(store_)).exit_code, 0);
+  touch_tensor(model_, "model.layers.0.block_sparse_moe.experts.1.w1.weight");
+  ASSERT_EQ(moe("ckpt save --quiet --from " + sh_quote(model_) + " --store " + sh_quote(store_)).exit_code, 0);
+
+  // A save of an unchanged model makes no new version.
+  auto same = moe("ckpt save --quiet --from " + sh_quote(model_) + " --store " + sh_quote(store_));
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("unchanged"), std::string::npos) << same.output;
+  EXPECT_FALSE(fs::exists(store_ + "/MANIFEST-000003"));
+
+  // CURRENT lost: gc, info, verify and generate refuse, naming CURRENT and the fix; a save
+  // commits a new version above the existing ones (it used to overwrite version 1).
+  const std::string v1 = read_file(store_ + "/MANIFEST-000001");
+  fs::remove(store_ + "/CURRENT");
+  for (const std::string& cmd : {"ckpt gc --keep 1 --store " + sh_quote(store_), "ckpt info --store " + sh_quote(store_),
+                                 "ckpt verify --store " + sh_quote(store_),
+                                 "generate --threads 1 --max-tokens 2 --prompt hi --model " + sh_quote(store_)}) {
+    auto r = moe(cmd);
+    EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("CURRENT is missing"), std::string::npos) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find("echo MANIFEST-000002 >"), std::string::npos) << cmd << "\n" << r.output;
+  }
+  EXPECT_TRUE(fs::exists(store_ + "/MANIFEST-000002"));
+  auto resave = moe("ckpt save --quiet --from " + sh_quote(model_) + " --store " + sh_quote(store_));
+  EXPECT_EQ(resave.exit_code, 0) << resave.output;
+  EXPECT_NE(resave.output.find("as version 3"), std::string::npos) << resave.output;
+  EXPECT_EQ(read_file(store_ + "/MANIFEST-000001"), v1);
+  write_file(store_ + "/CURRENT", "MANIFEST-000002\n");
+
+  // CURRENT naming a missing manifest, or an unreadable current manifest: info fails but
+  // still lists the readable versions.
+  write_file(store_ + "/CURRENT", "MANIFEST-000009\n");
+  auto info = moe("ckpt info --store " + sh_quote(store_));
+  EXPECT_EQ(info.exit_code, 1) << info.output;
+  EXPECT_NE(info.output.find("MANIFEST-000009 is missing"), std::string::npos) << info.output;
+  write_file(store_ + "/CURRENT", "MANIFEST-000002\n");
+  const std::string v2 = read_file(store_ + "/MANIFEST-000002");
+  write_file(store_ + "/MANIFEST-000002", v2.substr(0, v2.size() / 2));
+  info = moe("ckpt info --store " + sh_quote(store_));
+  EXPECT_EQ(info.exit_code, 1) << info.output;
+  EXPECT_NE(info.output.find("unreadable"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("mixtral"), std::string::npos) << info.output;  // version 1's row
+  write_file(store_ + "/MANIFEST-000002", v2);
+
+  // A store inside the model directory is refused (a save would copy it into itself).
+  auto nested = moe("ckpt convert --quiet --from " + sh_quote(model_) + " --store " + sh_quote(model_ + "/store"));
+  EXPECT_EQ(nested.exit_code, 1) << nested.output;
+  EXPECT_NE(nested.output.find("inside the model directory"), std::string::npos) << nested.output;
+  EXPECT_FALSE(fs::exists(model_ + "/store"));
+
+  // A restore that fails (a corrupt shard, its source directory gone) leaves nothing behind.
+  const std::string bad = shard_path("layer.0.expert.1");
+  {
+    std::fstream io(bad, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(60);
+    io.write("\xff\xfe", 2);
+  }
+  fs::rename(model_, dir_ + "/moved-away");
+  const std::string out = dir_ + "/restored";
+  auto restore = moe("ckpt restore --quiet --store " + sh_quote(store_) + " --out " + sh_quote(out));
+  EXPECT_EQ(restore.exit_code, 1) << restore.output;
+  EXPECT_NE(restore.output.find("layer 0, expert 1"), std::string::npos) << restore.output;
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().find("restored.partial"), std::string::npos) << e.path();
   }
 }
 

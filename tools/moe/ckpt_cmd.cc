@@ -70,15 +70,23 @@ int run_save(const CkptFlags& f, bool convert) {
   printer->finish();
   if (!report.ok()) return fail(report.status().message());
   const SaveReport& r = report.value();
+  if (r.unchanged) {
+    std::printf("unchanged: %s is version %lld of the store already (every shard stored and intact); no new version\n",
+                f.from.c_str(), static_cast<long long>(r.version));
+    return 0;
+  }
   std::printf("%s %s as version %lld in %s s\n", convert ? "converted" : "saved", f.from.c_str(),
               static_cast<long long>(r.version), format_fixed(r.seconds, 2).c_str());
   std::printf("  written: %d shards, %s raw -> %s stored\n", r.shards_written, mb(r.raw_bytes_written).c_str(),
               mb(r.stored_bytes_written).c_str());
   std::printf("  skipped: %d shards (already stored), %s raw\n", r.shards_skipped, mb(r.raw_bytes_skipped).c_str());
+  // Every written shard was encoded with each candidate codec (--codec auto) and kept the
+  // smallest: per codec, the shards it won, and its total over all shards it was tried on.
   for (const CodecReport& c : r.codecs) {
     if (c.raw_bytes == 0) continue;
-    std::printf("  codec %-12s %3d shards  %s raw -> %s  ratio %s  %s MB/s\n", codec_name(c.codec), c.shards,
-                mb(c.raw_bytes).c_str(), mb(c.stored_bytes).c_str(), ratio(c.raw_bytes, c.stored_bytes).c_str(),
+    std::printf("  codec %-12s chosen for %3d shards; tried on %s raw -> %s, ratio %s, %s MB/s per thread\n",
+                codec_name(c.codec), c.shards, mb(c.raw_bytes).c_str(), mb(c.stored_bytes).c_str(),
+                ratio(c.raw_bytes, c.stored_bytes).c_str(),
                 c.seconds > 0 ? format_fixed(static_cast<double>(c.raw_bytes) / 1e6 / c.seconds, 1).c_str() : "-");
   }
   return 0;
@@ -92,7 +100,13 @@ int run_restore(const CkptFlags& f) {
                        });
   printer.finish();
   if (!s.ok()) return fail(s.message());
-  std::printf("restored %s to %s (every hash verified)\n", f.store.c_str(), f.out.c_str());
+  int64_t version = f.version;
+  if (version == 0) {
+    auto cur = current_version(f.store);
+    version = cur.ok() ? cur.value() : 0;
+  }
+  std::printf("restored version %lld of %s to %s (every hash verified)\n", static_cast<long long>(version),
+              f.store.c_str(), f.out.c_str());
   return 0;
 }
 
@@ -111,8 +125,14 @@ int run_verify(const CkptFlags& f) {
     return 0;
   }
   for (const BadShard& b : r.bad) {
-    std::fprintf(stderr, "bad shard: %s (%s): %s: %s\n", b.description.c_str(), b.id.c_str(), b.path.c_str(),
-                 b.problem.c_str());
+    // The problem text names the file when the file was read; otherwise name it here.
+    const bool names_path = b.problem.find(b.path) != std::string::npos;
+    std::fprintf(stderr, "bad shard: %s (%s): %s%s%s\n", b.description.c_str(), b.id.c_str(),
+                 names_path ? "" : b.path.c_str(), names_path ? "" : ": ", b.problem.c_str());
+  }
+  if (!r.bad.empty()) {
+    std::fprintf(stderr, "to repair: delete the bad shard files and run `moe ckpt save` from a good model directory "
+                         "(it rewrites missing shards)\n");
   }
   std::fprintf(stderr, "error: version %lld: %zu of %d shards are bad\n", static_cast<long long>(r.version),
                r.bad.size(), r.shards_checked);
@@ -142,9 +162,17 @@ int run_info(const CkptFlags& f) {
   j["current_version"] = current.value();
   j["versions"] = nlohmann::json::array();
   Manifest cur;
+  Status current_status = not_found(store_current_path(f.store) + " names version " +
+                                    std::to_string(current.value()) + ", whose manifest " +
+                                    manifest_file_name(current.value()) + " is missing");
   for (int64_t v : versions.value()) {
     auto m = read_manifest(f.store, v);
-    if (!m.ok()) return fail(m.status().message());
+    if (!m.ok()) {  // listed, so the other versions stay visible
+      j["versions"].push_back({{"version", v}, {"committed", v <= current.value()}, {"error", m.status().message()}});
+      if (v == current.value()) current_status = m.status();
+      continue;
+    }
+    if (v == current.value()) current_status = ok_status();
     int experts = 0;
     for (const ShardEntry& s : m.value().shards) experts += s.kind == ShardKind::kExpert ? 1 : 0;
     j["versions"].push_back({{"version", v},
@@ -175,7 +203,7 @@ int run_info(const CkptFlags& f) {
   j["shard_files_bytes"] = disk;
   if (f.format == "json") {
     std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+    return current_status.ok() ? 0 : fail(current_status.message());
   }
   std::printf("store %s: current version %lld (*), %d shard files, %s on disk\n", f.store.c_str(),
               static_cast<long long>(current.value()), files, mb(disk).c_str());
@@ -183,6 +211,11 @@ int run_info(const CkptFlags& f) {
               "ratio");
   for (const auto& v : j["versions"]) {
     const int64_t ver = v["version"].get<int64_t>();
+    if (v.contains("error")) {
+      std::printf("%7lld%s  unreadable: %s\n", static_cast<long long>(ver), ver == current.value() ? "*" : " ",
+                  v["error"].get<std::string>().c_str());
+      continue;
+    }
     std::printf("%7lld%s  %-10s  %6zu  %7d  %12s  %12s  %6s%s\n", static_cast<long long>(ver),
                 ver == current.value() ? "*" : " ", v["model_type"].get<std::string>().c_str(),
                 v["shards"].get<size_t>(), v["expert_shards"].get<int>(), mb(v["raw_bytes"].get<uint64_t>()).c_str(),
@@ -195,7 +228,7 @@ int run_info(const CkptFlags& f) {
     std::printf("  %-12s %4d shards  %12s raw -> %12s  ratio %s\n", name.c_str(), shards_by_codec[name],
                 mb(p.first).c_str(), mb(p.second).c_str(), ratio(p.first, p.second).c_str());
   }
-  return 0;
+  return current_status.ok() ? 0 : fail(current_status.message());
 }
 
 int run_gc(const CkptFlags& f) {
@@ -212,7 +245,8 @@ int run_gc(const CkptFlags& f) {
 
 void add_codec_flags(CLI::App* app, CkptFlags* f) {
   app->add_option("--codec", f->codec, "auto (per shard, the smaller of zstd and zstd-planes), zstd, zstd-planes or raw")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "zstd", "zstd-planes", "raw"}));
   app->add_option("--level", f->level, "zstd compression level (1..19)")
       ->capture_default_str()
       ->check(CLI::Range(1, 19))
@@ -241,11 +275,15 @@ RunFn add_ckpt_command(CLI::App& ckpt) {
   auto* restore = ckpt.add_subcommand("restore", "Write a version back as a Hugging Face directory, byte-exact");
   restore->add_option("--store", f->store, "store directory")->required();
   restore->add_option("--out", f->out, "output directory (created; must be empty)")->required();
-  restore->add_option("--version", f->version, "version to restore (0: current)")->capture_default_str();
+  restore->add_option("--version", f->version, "version to restore (0: current)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{999999}));
   restore->add_flag("--quiet", f->quiet, "no progress on stderr");
   auto* verify = ckpt.add_subcommand("verify", "Read and hash every shard; exit 1 naming each bad one");
   verify->add_option("--store", f->store, "store directory")->required();
-  verify->add_option("--version", f->version, "version to verify (0: current)")->capture_default_str();
+  verify->add_option("--version", f->version, "version to verify (0: current)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{999999}));
   verify->add_option("--threads", f->threads, "reader threads")->capture_default_str()->check(CLI::Range(1, 256));
   verify->add_flag("--quiet", f->quiet, "no progress on stderr");
   auto* info = ckpt.add_subcommand("info", "Versions, sizes and compression ratio per codec");
@@ -253,7 +291,8 @@ RunFn add_ckpt_command(CLI::App& ckpt) {
   info->add_option("--format", f->format, "table or json")->capture_default_str()->check(CLI::IsMember({"table", "json"}));
   auto* gc = ckpt.add_subcommand("gc", "Keep the newest N versions; remove older manifests and unreferenced shards");
   gc->add_option("--store", f->store, "store directory")->required();
-  gc->add_option("--keep", f->keep, "versions to keep (>= 1; the current one is always kept)")->capture_default_str();
+  gc->add_option("--keep", f->keep, "versions to keep, newest first (>= 1; the current one is always kept)")
+      ->capture_default_str();
   return [f, convert, save, restore, verify, info, gc]() -> int {
     if (convert->parsed()) return run_save(*f, true);
     if (save->parsed()) return run_save(*f, false);

@@ -63,10 +63,23 @@ StatusOr<Manifest> load_manifest(const std::string& store, int64_t version) {
   return manifest;
 }
 
+Status no_current_error(const std::string& store) {
+  auto versions = manifest_versions(default_store_env(), store);
+  if (versions.ok() && !versions->empty()) {
+    // CURRENT deleted or lost (or a first save that never committed).
+    const std::string newest = manifest_file_name(versions->back());
+    return data_loss(store_current_path(store) + " is missing, but the store holds " +
+                     std::to_string(versions->size()) + " manifest(s), the newest " + newest +
+                     ": CURRENT names the live version; if that is the newest, restore it with: echo " + newest +
+                     " > " + store_current_path(store));
+  }
+  return not_found(store + " is not a checkpoint store (no CURRENT file)");
+}
+
 StatusOr<Manifest> load_version(const std::string& store, int64_t version) {
   if (version <= 0) {
     MOE_ASSIGN_OR_RETURN(version, read_current_or_zero(store));
-    if (version == 0) return not_found(store + " is not a checkpoint store (no CURRENT file)");
+    if (version == 0) return no_current_error(store);
   }
   return load_manifest(store, version);
 }

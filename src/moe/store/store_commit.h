@@ -26,6 +26,10 @@ Status write_file_durably(StoreEnv& env, const std::string& store, const std::st
 // DataLoss naming CURRENT if it does not hold a manifest file name.
 StatusOr<int64_t> read_current_or_zero(const std::string& store);
 
+// The error for a store without CURRENT: NotFound ("not a checkpoint store") if it has no
+// manifests either; DataLoss naming CURRENT and how to restore it if it has some.
+Status no_current_error(const std::string& store);
+
 // Reads and parses STORE/MANIFEST-<version>: NotFound naming the file if missing,
 // DataLoss (parse_manifest) if it is not a valid manifest.
 StatusOr<Manifest> load_manifest(const std::string& store, int64_t version);

@@ -1,5 +1,7 @@
 #include "moe/store/store_layout.h"
 
+#include <filesystem>
+
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -40,7 +42,13 @@ std::string store_shard_path(const std::string& store, const Hash128& hash) {
 
 bool is_store_dir(const std::string& dir) {
   struct stat st;
-  return ::stat(store_current_path(dir).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (::stat(store_current_path(dir).c_str(), &st) == 0 && S_ISREG(st.st_mode)) return true;
+  // A store whose CURRENT was lost still has its manifests: opening it then says so.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (parse_manifest_file_name(entry.path().filename().string()).ok()) return true;
+  }
+  return false;
 }
 
 }  // namespace moe

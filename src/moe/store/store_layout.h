@@ -23,7 +23,8 @@ std::string store_manifest_path(const std::string& store, int64_t version);
 // Version number of a manifest file name; InvalidArgument unless "MANIFEST-<digits>".
 StatusOr<int64_t> parse_manifest_file_name(const std::string& name);
 std::string store_shard_path(const std::string& store, const Hash128& hash);
-// Whether `dir` looks like a store (has a CURRENT file).
+// Whether `dir` looks like a store: it has a CURRENT file, or manifests (a store whose
+// CURRENT was lost, which opening then reports).
 bool is_store_dir(const std::string& dir);
 
 }  // namespace moe

@@ -1,6 +1,8 @@
 // verify_store, gc_store and export_hf (store_maintenance.h).
 #include "moe/store/store_maintenance.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -96,7 +98,7 @@ StatusOr<GcReport> gc_store(const std::string& store, int keep_versions, StoreEn
   }
   StoreEnv& env = env_in != nullptr ? *env_in : default_store_env();
   MOE_ASSIGN_OR_RETURN(const int64_t current, read_current_or_zero(store));
-  if (current == 0) return not_found(store + " is not a checkpoint store (no CURRENT file)");
+  if (current == 0) return no_current_error(store);
   MOE_ASSIGN_OR_RETURN(StoreLock lock, StoreLock::acquire(store));
   // CURRENT may have moved before we took the lock.
   MOE_ASSIGN_OR_RETURN(const int64_t live, read_current_or_zero(store));
@@ -149,10 +151,18 @@ StatusOr<GcReport> gc_store(const std::string& store, int keep_versions, StoreEn
   return report;
 }
 
+namespace {
+
+// Writes the files of `manifest` into `out_dir` (exists, empty).
+Status export_into(const std::string& store, const Manifest& manifest, const std::string& out_dir,
+                   const StoreProgressFn& progress);
+
+}  // namespace
+
 Status export_hf(const std::string& store, int64_t version, const std::string& out_dir,
                  const StoreProgressFn& progress) {
+  if (version < 0) return invalid_argument("version " + std::to_string(version) + " is not a version (0: current)");
   MOE_ASSIGN_OR_RETURN(Manifest manifest, load_version(store, version));
-  const std::string origin = store_manifest_path(store, manifest.version);
   std::error_code ec;
   if (fs::exists(out_dir, ec)) {
     if (!fs::is_directory(out_dir, ec)) return failed_precondition("export target " + out_dir + " is not a directory");
@@ -160,8 +170,32 @@ Status export_hf(const std::string& store, int64_t version, const std::string& o
       return failed_precondition("export target " + out_dir + " is not empty; give a new or empty directory");
     }
   }
+  // Written beside the target and renamed into place at the end, so a failed export
+  // leaves no half-written directory behind.
+  fs::path target = fs::path(out_dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/" -> "out"
+  const std::string work = target.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(work, ec);
+  Status st = default_store_env().create_dirs(work);
+  if (st.ok()) st = export_into(store, manifest, work, progress);
+  if (st.ok() && fs::exists(out_dir, ec)) {
+    fs::remove(out_dir, ec);  // empty (checked above)
+    if (ec) st = internal_error("cannot replace the empty directory " + out_dir + ": " + ec.message());
+  }
+  if (st.ok()) {
+    fs::rename(work, out_dir, ec);
+    if (ec) st = internal_error("cannot rename " + work + " to " + out_dir + ": " + ec.message());
+  }
+  if (!st.ok()) fs::remove_all(work, ec);
+  return st;
+}
+
+namespace {
+
+Status export_into(const std::string& store, const Manifest& manifest, const std::string& out_dir,
+                   const StoreProgressFn& progress) {
+  const std::string origin = store_manifest_path(store, manifest.version);
   StoreEnv& env = default_store_env();
-  MOE_RETURN_IF_ERROR(env.create_dirs(out_dir));
   std::set<std::string> header_ids;
   for (const auto& f : manifest.hf_files) header_ids.insert(f.header_shard);
   const uint64_t total = manifest.total_raw_bytes() - [&] {
@@ -219,5 +253,7 @@ Status export_hf(const std::string& store, int64_t version, const std::string& o
   }
   return ok_status();
 }
+
+}  // namespace
 
 }  // namespace moe

@@ -71,7 +71,7 @@ StatusOr<std::string> rebuild_tensor_shard(const std::string& source_dir, const 
 
 StatusOr<int64_t> current_version(const std::string& store) {
   MOE_ASSIGN_OR_RETURN(int64_t version, read_current_or_zero(store));
-  if (version == 0) return not_found(store + " is not a checkpoint store (no CURRENT file)");
+  if (version == 0) return no_current_error(store);
   return version;
 }
 

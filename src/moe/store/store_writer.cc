@@ -145,6 +145,48 @@ Status check_current(const std::string& store, const SavePlan& plan, const SaveO
   return ok_status();
 }
 
+// Whether `previous` lists exactly these shards (ids, kinds, hashes, file names), these
+// safetensors layouts and this config.
+bool same_content(const Manifest& previous, const std::vector<PlannedShard>& shards, const SavePlan& plan) {
+  if (previous.shards.size() != shards.size() || previous.hf_files.size() != plan.hf_files.size() ||
+      previous.config_json != plan.config_json) {
+    return false;
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardEntry& a = previous.shards[i];
+    const ShardEntry& b = shards[i].entry;
+    if (a.id != b.id || a.kind != b.kind || a.hash != b.hash || a.file_name != b.file_name) return false;
+  }
+  for (size_t i = 0; i < plan.hf_files.size(); ++i) {
+    const HfFileLayout& a = previous.hf_files[i];
+    const HfFileLayout& b = plan.hf_files[i];
+    if (a.name != b.name || a.header_shard != b.header_shard || a.tensors != b.tensors) return false;
+  }
+  return true;
+}
+
+// Refuses a store inside the model directory (a save would copy the store into itself)
+// or a model directory inside the store.
+Status check_not_nested(const std::string& model_dir, const std::string& store) {
+  std::error_code ec;
+  const std::filesystem::path m = std::filesystem::weakly_canonical(model_dir, ec);
+  if (ec) return ok_status();  // plan_save reports a bad model directory
+  const std::filesystem::path s = std::filesystem::weakly_canonical(store, ec);
+  if (ec) return ok_status();
+  auto inside = [](const std::filesystem::path& a, const std::filesystem::path& b) {  // a is b or under it
+    auto [ib, ia] = std::mismatch(b.begin(), b.end(), a.begin(), a.end());
+    return ib == b.end();
+  };
+  if (inside(s, m)) {
+    return failed_precondition("store " + store + " is inside the model directory " + model_dir +
+                               ": a save would copy the store into itself; put the store elsewhere");
+  }
+  if (inside(m, s)) {
+    return failed_precondition("model directory " + model_dir + " is inside the store " + store);
+  }
+  return ok_status();
+}
+
 StatusOr<SaveReport> save_locked(const std::string& model_dir, const std::string& store, const SaveOptions& options,
                                  StoreEnv& env, SavePlan& plan, const Codec* forced) {
   const auto start = Clock::now();
@@ -188,6 +230,18 @@ StatusOr<SaveReport> save_locked(const std::string& model_dir, const std::string
       report.raw_bytes_skipped += entry.raw_bytes;
     } else {
       to_write.push_back(i);
+    }
+  }
+
+  // Nothing new to write and the same shards, files and config as the current version:
+  // no new version (it would only push real ones out of `gc --keep`).
+  if (to_write.empty() && current > 0) {
+    MOE_ASSIGN_OR_RETURN(Manifest previous, load_manifest(store, current));
+    if (same_content(previous, shards, plan)) {
+      report.version = current;
+      report.unchanged = true;
+      report.seconds = seconds_since(start);
+      return report;
     }
   }
 
@@ -237,8 +291,12 @@ StatusOr<SaveReport> save_locked(const std::string& model_dir, const std::string
   }
 
   // 4. The manifest, then CURRENT.
+  // The next version: current + 1 (over a manifest a failed save left after it, which was
+  // never committed). Without CURRENT (lost, or a first save that failed before it),
+  // above every manifest present, so none is written over.
+  MOE_ASSIGN_OR_RETURN(const std::vector<int64_t> present, manifest_versions(env, store));
   Manifest manifest;
-  manifest.version = current + 1;
+  manifest.version = (current > 0 || present.empty() ? current : present.back()) + 1;
   manifest.parent_version = current;
   manifest.created_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
@@ -273,6 +331,7 @@ StatusOr<SaveReport> save_to_store(const std::string& model_dir, const std::stri
   if (options.threads < 1) {
     return invalid_argument("save threads must be >= 1, got " + std::to_string(options.threads));
   }
+  MOE_RETURN_IF_ERROR(check_not_nested(model_dir, store));
   // The model first: a bad model directory changes nothing in the store.
   MOE_ASSIGN_OR_RETURN(SavePlan plan, plan_save(model_dir, store));
   MOE_RETURN_IF_ERROR(check_store_dir(store));

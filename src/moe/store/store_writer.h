@@ -54,13 +54,17 @@ struct SaveReport {
   uint64_t raw_bytes_skipped = 0;
   double seconds = 0;
   std::vector<CodecReport> codecs;  // per codec tried
+  // The model is the current version, shard for shard (all stored and intact): no new
+  // version was made; `version` is the current one.
+  bool unchanged = false;
 };
 
 // Saves the HF directory `model_dir` into `store` as a new version and makes it
 // current. Errors (nothing committed is lost on any of them):
 //   NotFound / DataLoss / InvalidArgument: the model directory (named) is missing or
 //     malformed (config.json, safetensors, a safetensors file with holes);
-//   FailedPrecondition: another save holds the lock (store_lock.h); the store holds
+//   FailedPrecondition: the store is inside the model directory or the other way round;
+//     another save holds the lock (store_lock.h); the store holds
 //     another model (fingerprint mismatch, both named); require_new_store and the store
 //     has a version;
 //   Internal: a write failed (the path and OS reason, e.g. "No space left on device").
