@@ -12,6 +12,8 @@
 #include "contains_util.h"
 #include "moe/store/store_writer.h"
 #include "safetensors_util.h"
+#include "e2e/generate_run.h"
+#include "store/store_test_util.h"
 #include "test_util.h"
 
 namespace moe {
@@ -30,24 +32,10 @@ std::string generate_args(const std::string& model, const std::string& logits_pa
          " --max-tokens 24 --temperature 0 --format json --logits-out " + sh_quote(logits_path);
 }
 
-struct GenRun {
-  int exit_code = -1;
-  std::string output;
-  nlohmann::json json;
-  std::string logits;
-};
+using testing::GenRun;
 
 GenRun finish(const testing::CommandResult& r, const std::string& logits_path) {
-  GenRun out;
-  out.exit_code = r.exit_code;
-  out.output = r.output;
-  std::istringstream lines(r.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!line.empty() && line[0] == '{') out.json = nlohmann::json::parse(line, nullptr, false);
-  }
-  if (fs::exists(logits_path)) out.logits = testing::read_file(logits_path);
-  return out;
+  return testing::parse_generate_run(r, logits_path);
 }
 
 // Both ranks on one model.
@@ -62,12 +50,7 @@ GenRun ep2_mixed(const std::string& model_a, const std::string& model_b, const s
                 logits_path);
 }
 
-void convert(const std::string& model, const std::string& store) {
-  SaveOptions o;
-  o.require_new_store = true;
-  auto saved = save_to_store(model, store, o);
-  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
-}
+void convert(const std::string& model, const std::string& store) { testing::convert_to_new_store(model, store); }
 
 TEST(StoreGenerateMpirun, Ep2FromTheStoreEqualsEp2FromTheHfDirectoryBitwise) {
   testing::ScopedTempDir tmp("store_mpirun");

@@ -16,6 +16,7 @@
 #include "moe/store/store_writer.h"
 #include "safetensors_util.h"
 #include "store/store_test_util.h"
+#include "e2e/generate_run.h"
 #include "test_util.h"
 
 namespace moe {
@@ -28,35 +29,16 @@ using testing::sh_quote;
 
 const char* kPrompt = "KING HENRY IV:\nSo shaken as we are, so wan with care,";
 
-struct GenRun {
-  int exit_code = -1;
-  std::string output;
-  nlohmann::json json;
-  std::string logits;  // raw f32 bytes
-};
+using testing::GenRun;
 
 GenRun generate(const std::string& model, const std::string& flags, const std::string& logits_path) {
   auto r = run_command(moe_binary() + " --log-level info generate --model " + sh_quote(model) + " --prompt " +
                        sh_quote(kPrompt) + " --max-tokens 24 --temperature 0 --format json --logits-out " +
                        sh_quote(logits_path) + " " + flags);
-  GenRun out;
-  out.exit_code = r.exit_code;
-  out.output = r.output;
-  std::istringstream lines(r.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!line.empty() && line[0] == '{') out.json = nlohmann::json::parse(line, nullptr, false);
-  }
-  if (fs::exists(logits_path)) out.logits = testing::read_file(logits_path);
-  return out;
+  return testing::parse_generate_run(r, logits_path);
 }
 
-void convert(const std::string& model, const std::string& store) {
-  SaveOptions o;
-  o.require_new_store = true;
-  auto saved = save_to_store(model, store, o);
-  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
-}
+void convert(const std::string& model, const std::string& store) { testing::convert_to_new_store(model, store); }
 
 void expect_same_as_hf(const std::string& hf, const std::string& flags) {
   testing::ScopedTempDir tmp("store_generate");

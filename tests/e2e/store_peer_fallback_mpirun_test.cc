@@ -14,6 +14,7 @@
 #include "moe/store/store_writer.h"
 #include "safetensors_util.h"
 #include "store/store_test_util.h"
+#include "e2e/generate_run.h"
 #include "test_util.h"
 
 namespace moe {
@@ -35,36 +36,17 @@ std::string generate_args(const std::string& model, const std::string& placement
   return args;
 }
 
-struct GenRun {
-  int exit_code = -1;
-  std::string output;
-  nlohmann::json json;
-  std::string logits;
-};
+using testing::GenRun;
 
 // Rank 0 on model_a, rank 1 on model_b (MPMD command line), both with `placement`.
 GenRun ep2(const std::string& model_a, const std::string& model_b, const std::string& placement,
            const std::string& logits_path) {
   const auto r = run_command(kMpirun + "-np 1 " + moe_binary() + generate_args(model_a, placement, logits_path) +
                              " : -np 1 " + moe_binary() + generate_args(model_b, placement, logits_path));
-  GenRun out;
-  out.exit_code = r.exit_code;
-  out.output = r.output;
-  std::istringstream lines(r.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (!line.empty() && line[0] == '{') out.json = nlohmann::json::parse(line, nullptr, false);
-  }
-  if (fs::exists(logits_path)) out.logits = testing::read_file(logits_path);
-  return out;
+  return testing::parse_generate_run(r, logits_path);
 }
 
-void convert(const std::string& model, const std::string& store) {
-  SaveOptions o;
-  o.require_new_store = true;
-  auto saved = save_to_store(model, store, o);
-  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
-}
+void convert(const std::string& model, const std::string& store) { testing::convert_to_new_store(model, store); }
 
 // The shard file of `id` in the store, from its manifest (the layout of manifest.h and
 // store_layout.h: shards/<2 hex>/<hash>.shard).

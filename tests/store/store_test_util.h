@@ -11,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <gtest/gtest.h>
+
+#include "moe/store/store_writer.h"
 #include "safetensors_util.h"
 #include "test_util.h"
 
@@ -40,6 +43,14 @@ class ShmTempDir {
  private:
   std::string path_;
 };
+
+// `moe ckpt convert`: the model directory into a new store (a test failure otherwise).
+inline void convert_to_new_store(const std::string& model, const std::string& store) {
+  SaveOptions o;
+  o.require_new_store = true;
+  auto saved = save_to_store(model, store, o);
+  ASSERT_TRUE(saved.ok()) << saved.status().to_string();
+}
 
 // Copies a directory tree.
 inline void copy_tree(const std::string& from, const std::string& to) {
