@@ -63,16 +63,7 @@ std::string shard_path(const std::string& store, const std::string& id) {
   return "";
 }
 
-void flip_byte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
+using testing::flip_byte;
 
 class StorePeerFallbackMpirun : public ::testing::Test {
  protected:

@@ -50,16 +50,7 @@ class LogCapture {
   std::shared_ptr<spdlog::logger> previous_;
 };
 
-void flip_byte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
+using testing::flip_byte;
 
 // The same placement on every layer: rank 0 holds experts 0-3, rank 1 holds 3-7.
 std::vector<ExpertPlacement> shared_expert_3() {

@@ -108,16 +108,7 @@ RestoreOptions two_threads() {
   return o;
 }
 
-void flip_byte(const std::string& path, uint64_t offset) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(&c, 1);
-}
+using testing::flip_byte;
 
 TEST_F(StoreModelTest, RestoresOnlyTheExpertsOfRank1Of4) {
   const ExpertPlacement placement = ExpertPlacement::contiguous(kExperts, 4);  // rank 1: experts 2, 3

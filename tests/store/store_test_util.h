@@ -52,6 +52,18 @@ inline void convert_to_new_store(const std::string& model, const std::string& st
   ASSERT_TRUE(saved.ok()) << saved.status().to_string();
 }
 
+// XORs the byte at `offset` of file `path` with 0x40 (corrupts a shard in place).
+inline void flip_byte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
 // Copies a directory tree.
 inline void copy_tree(const std::string& from, const std::string& to) {
   std::filesystem::create_directories(to);
