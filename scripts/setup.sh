@@ -17,6 +17,7 @@ PACKAGES=(
   libcpp-httplib-dev          # HTTP server/client of `moe serve` and `moe bench serve`
   curl                        # serving tests
   python3                     # tests/architecture/layering_check.py
+  python3-numpy               # independent reference of the byte-plane codec (tests/store/codec_test.cc)
 )
 # Node.js + npm for the serving e2e test's `openai` client (scripts/test.sh); kept if
 # already installed (e.g. from NodeSource, whose nodejs includes npm).
