@@ -25,6 +25,7 @@
 #include "moe/store/store_layout.h"
 #include "moe/store/store_reader.h"
 #include "moe/store/store_writer.h"
+#include "log_capture.h"
 #include "store/store_test_util.h"
 #include "test_util.h"
 
@@ -36,19 +37,7 @@ using testing::mixtral_expert_tensor;
 
 constexpr int kLayers = 4, kExperts = 8;
 
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 using testing::flip_byte;
 

@@ -27,6 +27,7 @@
 #include "moe/store/store_reader.h"
 #include "moe/store/store_writer.h"
 #include "safetensors_util.h"
+#include "log_capture.h"
 #include "store/store_test_util.h"
 #include "test_util.h"
 
@@ -38,20 +39,7 @@ using testing::mixtral_expert_tensor;
 
 constexpr int kLayers = 4, kExperts = 8;
 
-// Captures what the default spdlog logger writes while it lives.
-class LogCapture {
- public:
-  LogCapture() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::LogCapture;
 
 // A copy of the shipped model (so tests can remove it) converted into a store.
 class StoreModelTest : public ::testing::Test {
