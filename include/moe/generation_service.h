@@ -23,6 +23,14 @@ struct SeqRequest {
   // output text, which is cut before it (finish_reason "stop"). At most 4, non-empty.
   std::vector<std::string> stop{};
   bool ignore_eos = false;              // keep generating past EOS (benchmarks)
+  // A replay after a failure (the supervisor, src/moe/supervisor/): the tokens this
+  // request had already generated and delivered. They are prefilled after the prompt as
+  // if generated: they count toward max_tokens and completion_tokens, are not sent again
+  // in events (nor is their text), stop strings and EOS see them as output, and the
+  // sampler continues as if uninterrupted (its random stream advanced past them), so a
+  // greedy or seeded request gives the tokens of an uninterrupted run.
+  // InvalidArgument if there are max_tokens or more of them, or one is out of the vocab.
+  std::vector<int> resume_token_ids{};
 };
 
 // One step's news for one request. Events of a request arrive in order, the last one
