@@ -66,6 +66,25 @@ struct ServiceSnapshot {
   // since start-up, global over the EP group: expert_tokens[i][e] for layer moe_layers[i].
   std::vector<int> moe_layers;
   std::vector<std::vector<int64_t>> expert_tokens;
+  // Fault tolerance (the supervisor, src/moe/supervisor/; zero for a plain Scheduler):
+  int64_t worker_failures = 0;        // times the worker group was declared failed
+  int64_t recoveries = 0;             // times a relaunched group took over
+  int64_t replayed_requests = 0;      // requests resubmitted to a relaunched group
+  std::vector<double> recovery_seconds{};  // each recovery: failure detected -> serving again
+};
+
+// GET /health's answer: what state serving is in. Thread-safe and never blocks on a
+// running step.
+struct ServiceHealth {
+  // "ok"         serving;
+  // "recovering" the worker group failed and is being relaunched: requests are accepted
+  //              and kept, and resume when it is back (HTTP 503 so a load balancer
+  //              routes elsewhere meanwhile);
+  // "stalled"    a step has run longer than the liveness timeout (a stuck peer);
+  // "failed"     the engine failed and will not serve again (the process is exiting).
+  std::string state = "ok";
+  std::string detail{};  // why, when not ok (e.g. "step running for 12.5 s")
+  bool ok() const { return state == "ok"; }
 };
 
 class GenerationService {
@@ -83,6 +102,8 @@ class GenerationService {
   // or finished ids are ignored. Thread-safe.
   virtual void cancel(uint64_t id) = 0;
   virtual ServiceSnapshot snapshot() const = 0;  // thread-safe
+  // Thread-safe, non-blocking. Default: always "ok" (a fake with no failure modes).
+  virtual ServiceHealth health() const { return {}; }
   virtual const ModelInfo& model_info() const = 0;
   // Token count of `text` as submit() would tokenize it (BOS included). Thread-safe.
   virtual int count_tokens(const std::string& text) const = 0;
