@@ -47,6 +47,12 @@ struct EngineOptions {
   int rebalance_every = 0;
   int slots_per_rank = 0;  // expert slots per rank for rebalancing; 0 = ceil(experts / ranks)
   int replica_cap = 4;     // most replicas of one expert when rebalancing
+  // Fault tolerance: every expert keeps >= min_replicas replicas on distinct EP ranks (so
+  // losing any min_replicas - 1 ranks leaves it a live copy). > 1: without a placement
+  // file the start-up placement is planned (uniform load) to hold it, rebalancing keeps
+  // it, and a placement file giving an expert fewer is refused (InvalidArgument naming
+  // the layer and expert). slots_per_rank 0 then means ceil(experts * min_replicas / ranks).
+  int min_replicas = 1;
   // A new plan is adopted only if it lowers the predicted max rank load (summed over
   // MoE layers, from the load EMA) by at least this fraction: moving experts costs time.
   double rebalance_min_gain = 0.1;

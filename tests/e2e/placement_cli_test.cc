@@ -135,6 +135,46 @@ TEST(PlacementCliTest, BadPlanFiles) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+TEST(PlacementCliTest, MinReplicas) {
+  // 4 experts, 2 ranks x 4 slots, --min-replicas 2: the floor takes every slot, so each
+  // rank holds every expert (hand-computed), whatever the load.
+  const std::string load = write_temp("mr.json", R"({"load": [[10, 1, 1, 1], [0, 0, 0, 0]]})");
+  const std::string out = write_temp("mr_plan.json", "");
+  auto r = placement("plan --load " + load + " --num-ranks 2 --slots-per-rank 4 --min-replicas 2 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "replica cap 4, min replicas 2");
+  auto plan = load_plan_file(out);
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  for (const auto& L : plan->layers) {
+    EXPECT_EQ(L.rank_slots, (std::vector<std::vector<int>>{{0, 1, 2, 3}, {0, 1, 2, 3}})) << "layer " << L.layer;
+  }
+  auto j = placement("plan --format json --load " + load + " --num-ranks 2 --slots-per-rank 4 --min-replicas 2");
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  EXPECT_EQ(nlohmann::json::parse(j.output)["min_replicas"].get<int>(), 2);
+  // The default is 1 and says so.
+  r = placement("plan --load " + load + " --num-ranks 2 --slots-per-rank 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "min replicas 1");
+  auto help = placement("plan --help");
+  EXPECT_CONTAINS(help.output, "--min-replicas");
+
+  const std::string eight = write_temp("mr8.json", R"({"load": [[1, 2, 3, 4, 5, 6, 7, 8]]})");
+  const std::string base = "plan --load " + eight + " --num-ranks 4 --num-nodes 2 ";
+  expect_error(placement(base + "--slots-per-rank 4 --min-replicas 0"), {"--min-replicas must be >= 1 (got 0)"});
+  expect_error(placement(base + "--slots-per-rank 4 --replica-cap 2 --min-replicas 3"),
+               {"--min-replicas 3 exceeds --replica-cap 2"});
+  expect_error(placement(base + "--slots-per-rank 8 --replica-cap 8 --min-replicas 5"),
+               {"--min-replicas 5 exceeds --num-ranks 4"});
+  expect_error(placement(base + "--slots-per-rank 8 --num-groups 2 --min-replicas 3"),
+               {"--min-replicas 3 exceeds the 2 ranks per node", "--num-groups"});
+  expect_error(placement(base + "--slots-per-rank 5 --min-replicas 3"),
+               {"--min-replicas 3: not enough slots: need 24 (8 experts x 3), have 20", "at least 6 slots per rank"});
+  expect_error(placement(base + "--memory-per-rank 500 --expert-bytes 100 --min-replicas 3"),
+               {"--min-replicas 3: not enough slots", "--memory-per-rank 500 / --expert-bytes 100"});
+  r = placement(base + "--slots-per-rank 6 --min-replicas 3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(PlacementCliTest, RealDeepSeekV3Statistics) {
   const std::string path =
       moe::testing::shared_data_dir() + "/routing/sglang_deepseek_v3_ep_statistics/decode_in1000out1000.json";

@@ -1,14 +1,17 @@
 // Expert placement under `mpirun ... moe generate --ep N`: permuted and replicated
 // static plans give the single-process tokens and logits; live rebalancing every step
-// gives the same text as never rebalancing; bad plan files get clear errors on every
-// rank. (A corrupted migration keeping the old plan: tests/runtime/migration_faults_test.cc.)
+// gives the same text as never rebalancing; --min-replicas plans, start-up placement and
+// rebalancing give the same tokens; bad plan files and min-replica violations get clear
+// errors on every rank. (A corrupted migration keeping the old plan: tests/runtime/migration_faults_test.cc.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "contains_util.h"
+#include "moe/placement/placement_plan.h"
 #include "safetensors_util.h"
 #include "test_util.h"
 
@@ -100,6 +103,73 @@ TEST(PlacementMpirun, RebalancingEveryStepKeepsTheText) {
     EXPECT_EQ(every.output.find("[rebalancing: 0 plans applied"), std::string::npos) << every.output;
     EXPECT_EQ(every.output.find(" 0 experts moved"), std::string::npos) << every.output;
   }
+}
+
+// `moe placement plan --min-replicas 2` plans (every expert on two ranks; on 2 nodes x 2
+// ranks, on both nodes) that give the single-process tokens and logits; so do
+// --min-replicas 2 at start-up (a planned start-up placement) and with rebalancing.
+TEST(PlacementMpirun, MinReplicaPlansMatchOneProcess) {
+  static const std::string dir = testing::make_temp_dir("min_replicas");
+  const std::string load = dir + "/load.json";
+  testing::write_file(load, R"({"load": [[50, 1, 2, 3, 4, 5, 6, 7], [1, 1, 1, 1, 1, 1, 1, 90],
+                                         [0, 0, 9, 0, 0, 0, 0, 0], [5, 5, 5, 5, 5, 5, 5, 5]]})");
+  const std::string plan2 = dir + "/plan2.json", plan4 = dir + "/plan4.json";
+  auto p = run_command(moe_binary() + " placement plan --load " + load +
+                       " --num-ranks 2 --slots-per-rank 8 --min-replicas 2 --out " + plan2);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  p = run_command(moe_binary() + " placement plan --load " + load +
+                  " --num-ranks 4 --num-nodes 2 --slots-per-rank 5 --min-replicas 2 --out " + plan4);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  auto two = load_plan_file(plan2);
+  auto four = load_plan_file(plan4);
+  ASSERT_TRUE(two.ok() && four.ok());
+  for (const LayerPlan& L : two->layers) {
+    EXPECT_EQ(L.rank_slots, (std::vector<std::vector<int>>(2, {0, 1, 2, 3, 4, 5, 6, 7})));
+  }
+  for (const LayerPlan& L : four->layers) {
+    for (int e = 0; e < 8; ++e) {
+      std::set<int> nodes;
+      for (int r = 0; r < 4; ++r) {
+        const auto& s = L.rank_slots[static_cast<size_t>(r)];
+        if (std::find(s.begin(), s.end(), e) != s.end()) nodes.insert(r / 2);
+      }
+      EXPECT_EQ(nodes.size(), 2u) << "layer " << L.layer << " expert " << e;
+    }
+  }
+  const GenRun single = generate("", "");
+  expect_same(single, generate(mpirun(2), "--ep 2 --placement " + plan2 + " --min-replicas 2"));
+  expect_same(single, generate(mpirun(4), "--ep 4 --ranks-per-node 2 --placement " + plan4 + " --min-replicas 2"));
+  const GenRun startup = generate(mpirun(2), "--ep 2 --min-replicas 2");
+  expect_same(single, startup);
+  EXPECT_CONTAINS(startup.output, "every expert on >= 2 of 2 ranks");
+  const GenRun rebal = generate(mpirun(4), "--ep 4 --min-replicas 2 --rebalance-every 1 --rebalance-min-gain 0");
+  ASSERT_EQ(rebal.exit_code, 0) << rebal.output;
+  EXPECT_EQ(rebal.json["output_token_ids"], single.json["output_token_ids"]);
+  EXPECT_CONTAINS(rebal.output, " 0 failed");
+}
+
+TEST(PlacementMpirun, MinReplicasErrors) {
+  // A plan with one copy of each expert is refused, naming the layer and expert.
+  const std::string one_copy = write_plan("one_copy.json", std::vector<std::vector<std::vector<int>>>(
+                                                              4, {{7, 1, 3, 5}, {0, 6, 2, 4}}));
+  auto r = generate(mpirun(2), "--ep 2 --min-replicas 2 --placement " + one_copy);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "layer 0, expert 0 has 1 replica(s), fewer than min_replicas 2");
+  EXPECT_CONTAINS(r.output, "one_copy.json");
+  r = generate(mpirun(2), "--ep 2 --min-replicas 3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "--min-replicas 3 exceeds --ep 2");
+  r = generate("", "--min-replicas 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "--min-replicas");
+  EXPECT_CONTAINS(r.output, "mpirun");
+  r = generate("", "--min-replicas 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "--min-replicas must be >= 1 (got 0)");
+  // Too few slots for the floor: the planner's error, naming min_replicas.
+  r = generate(mpirun(2), "--ep 2 --min-replicas 2 --slots-per-rank 6");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_CONTAINS(r.output, "min_replicas 2: not enough slots: need 16");
 }
 
 TEST(PlacementMpirun, BadPlanFilesAreClearErrorsOnEveryRank) {

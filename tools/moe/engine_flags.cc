@@ -43,6 +43,10 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "0 = ceil(experts / ranks)")
       ->capture_default_str();
   app.add_option("--replica-cap", f->options.replica_cap, "Most replicas of one expert when rebalancing")->capture_default_str();
+  app.add_option("--min-replicas", f->options.min_replicas,
+                 "Every expert on at least K EP ranks, so any K-1 ranks can fail (start-up placement and "
+                 "rebalancing keep it; a --placement file with fewer is refused; EP only)")
+      ->capture_default_str();
   app.add_option("--rebalance-min-gain", f->options.rebalance_min_gain,
                  "Adopt a new plan only if it lowers the predicted max rank load by this fraction")
       ->capture_default_str();
@@ -71,6 +75,14 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (o.rebalance_every < 0) return "--rebalance-every must be >= 0 (got " + std::to_string(o.rebalance_every) + ")";
   if (o.slots_per_rank < 0) return "--slots-per-rank must be >= 0 (got " + std::to_string(o.slots_per_rank) + ")";
   if (o.replica_cap < 1) return "--replica-cap must be >= 1 (got " + std::to_string(o.replica_cap) + ")";
+  if (o.min_replicas < 1) return "--min-replicas must be >= 1 (got " + std::to_string(o.min_replicas) + ")";
+  if (o.min_replicas > 1 && !launched_under_mpi()) {
+    return "--min-replicas places expert replicas on EP ranks: run under mpirun with --ep N";
+  }
+  if (o.min_replicas > f.launch.ep) {
+    return "--min-replicas " + std::to_string(o.min_replicas) + " exceeds --ep " + std::to_string(f.launch.ep) +
+           " (an expert's replicas sit on distinct ranks)";
+  }
   if (!(o.rebalance_min_gain >= 0 && o.rebalance_min_gain < 1)) {
     return "--rebalance-min-gain must be in [0, 1) (got " + std::to_string(o.rebalance_min_gain) + ")";
   }

@@ -6,6 +6,7 @@
 //
 //   moe placement plan --load LOAD.json --num-ranks 16 --num-nodes 2 --slots-per-rank 18 --out PLAN.json
 //   moe placement plan --load LOAD.json --num-ranks 8 --memory-per-rank 80000000000 --expert-bytes 44040192
+//   moe placement plan --load LOAD.json --num-ranks 4 --slots-per-rank 4 --min-replicas 2 --out PLAN.json
 //   moe placement eval --plan PLAN.json --load OTHER.json --num-nodes 2
 //
 // The model behind the numbers (src/moe/placement/replica_planner.h): an expert's load splits
@@ -41,6 +42,7 @@ struct PlacementFlags {
   int64_t memory_per_rank = -1;
   int64_t expert_bytes = -1;
   int replica_cap = 4;
+  int min_replicas = 1;
   int num_groups = 0;
   int num_experts = 0;
   std::string algorithm = "balanced";
@@ -62,6 +64,7 @@ struct Report {
   std::string load_path;
   LoadMatrix load;
   int num_ranks = 0, num_nodes = 1, slots_per_rank = 0, replica_cap = 0;
+  int min_replicas = 0;           // plan only (0: not reported)
   PlanMetrics before, after;
   std::vector<double> bound_max;  // per layer, lower bound on the max rank load
   std::vector<int> replicated;    // per layer, experts with more than one replica
@@ -86,6 +89,7 @@ int print_report(const Report& r, const std::string& format, const std::string& 
     j["num_nodes"] = r.num_nodes;
     j["slots_per_rank"] = r.slots_per_rank;
     if (r.replica_cap > 0) j["replica_cap"] = r.replica_cap;
+    if (r.min_replicas > 0) j["min_replicas"] = r.min_replicas;
     j["skipped_zero_layers"] = r.load.skipped_zero_layers;
     json layers = json::array();
     for (size_t l = 0; l < L; ++l) {
@@ -177,7 +181,24 @@ int run_plan(const PlacementFlags& f) {
     return fail("--replica-cap must be >= 1 (got " + std::to_string(f.replica_cap) +
                 "): every expert keeps at least one replica");
   }
+  if (f.min_replicas < 1) {
+    return fail("--min-replicas must be >= 1 (got " + std::to_string(f.min_replicas) +
+                "): every expert keeps at least one replica");
+  }
+  if (f.min_replicas > f.replica_cap) {
+    return fail("--min-replicas " + std::to_string(f.min_replicas) + " exceeds --replica-cap " +
+                std::to_string(f.replica_cap));
+  }
+  if (f.min_replicas > f.num_ranks) {
+    return fail("--min-replicas " + std::to_string(f.min_replicas) + " exceeds --num-ranks " +
+                std::to_string(f.num_ranks) + " (replicas of one expert sit on distinct ranks)");
+  }
   if (f.num_groups < 0) return fail("--num-groups must be >= 0 (got " + std::to_string(f.num_groups) + ")");
+  if (f.num_groups > 0 && f.min_replicas > f.num_ranks / f.num_nodes) {
+    return fail("--min-replicas " + std::to_string(f.min_replicas) + " exceeds the " +
+                std::to_string(f.num_ranks / f.num_nodes) +
+                " ranks per node (with --num-groups an expert's replicas stay on its group's node)");
+  }
   if (f.algorithm != "balanced" && f.algorithm != "eplb") {
     return fail("--algorithm must be balanced or eplb (got '" + f.algorithm + "')");
   }
@@ -221,6 +242,14 @@ int run_plan(const PlacementFlags& f) {
                 std::to_string(E) + " experts of " + f.load + " once (need at least " +
                 std::to_string((E + f.num_ranks - 1) / f.num_ranks) + " slots per rank)");
   }
+  if (static_cast<int64_t>(slots) * f.num_ranks < static_cast<int64_t>(E) * f.min_replicas) {
+    const int64_t need = static_cast<int64_t>(E) * f.min_replicas;
+    return fail("--min-replicas " + std::to_string(f.min_replicas) + ": not enough slots: need " + std::to_string(need) +
+                " (" + std::to_string(E) + " experts x " + std::to_string(f.min_replicas) + "), have " +
+                std::to_string(static_cast<int64_t>(slots) * f.num_ranks) + " (" + slots_source + " x --num-ranks " +
+                std::to_string(f.num_ranks) + "; need at least " + std::to_string((need + f.num_ranks - 1) / f.num_ranks) +
+                " slots per rank)");
+  }
   if (f.num_groups > 0 && (E % f.num_groups != 0 || f.num_groups % f.num_nodes != 0)) {
     return fail("--num-groups " + std::to_string(f.num_groups) + " must divide the " + std::to_string(E) +
                 " experts and be a multiple of --num-nodes " + std::to_string(f.num_nodes) +
@@ -234,6 +263,7 @@ int run_plan(const PlacementFlags& f) {
   in.num_nodes = f.num_nodes;
   in.slots_per_rank = slots;
   in.replica_cap = f.replica_cap;
+  in.min_replicas = f.min_replicas;
   in.num_groups = f.num_groups;
   in.max_load_tolerance = f.max_load_tolerance;
   in.algorithm = f.algorithm == "eplb" ? PlannerAlgorithm::kEplb : PlannerAlgorithm::kBalanced;
@@ -246,6 +276,7 @@ int run_plan(const PlacementFlags& f) {
   r.num_nodes = f.num_nodes;
   r.slots_per_rank = slots;
   r.replica_cap = f.replica_cap;
+  r.min_replicas = f.min_replicas;
   if (std::string bad = fill_report(*plan, &r); !bad.empty()) return fail(bad);
 
   if (!f.out.empty()) {
@@ -258,7 +289,7 @@ int run_plan(const PlacementFlags& f) {
             std::to_string(f.num_ranks / f.num_nodes) + ", " + std::to_string(slots) + " slots per rank (" +
             std::to_string(total_slots) + " slots = " + std::to_string(E) + " experts + " +
             format_fixed(100.0 * static_cast<double>(total_slots - E) / E, 1) + "% extra), replica cap " +
-            std::to_string(f.replica_cap) + (f.num_groups > 0 ? ", " + std::to_string(f.num_groups) + " groups" : "") +
+            std::to_string(f.replica_cap) + ", min replicas " + std::to_string(f.min_replicas) + (f.num_groups > 0 ? ", " + std::to_string(f.num_groups) + " groups" : "") +
             ", algorithm " + f.algorithm + "\n";
   header += "(before: one copy each, rank r holds experts [r*E/R, (r+1)*E/R); bound: max(total/R, smallest possible max load per replica))\n";
   const int rc = print_report(r, f.format, header);
@@ -322,6 +353,11 @@ RunFn add_placement_command(CLI::App& placement) {
                    "Expert memory budget per rank in bytes (with --expert-bytes: slots = budget / expert bytes)");
   plan->add_option("--expert-bytes", f->expert_bytes, "Bytes of one expert's weights");
   plan->add_option("--replica-cap", f->replica_cap, "Most replicas of one expert")->capture_default_str();
+  plan->add_option("--min-replicas", f->min_replicas,
+                   "Fewest replicas of every expert, on distinct ranks (and, without --num-groups, on distinct nodes "
+                   "as far as there are nodes): losing any K-1 ranks leaves each expert a live replica; needs "
+                   "--num-ranks x slots >= experts x K")
+      ->capture_default_str();
   plan->add_option("--num-groups", f->num_groups,
                    "Expert groups (DeepSeek-V3: 8): each group's experts and replicas stay on one node; 0 = none")
       ->capture_default_str();

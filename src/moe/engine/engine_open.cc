@@ -22,6 +22,7 @@
 #include "moe/model/weights.h"
 #include "moe/moe/capacity.h"
 #include "moe/placement/placement_plan.h"
+#include "moe/placement/replica_planner.h"
 #include "moe/runtime/ep_session.h"
 #include "moe/runtime/rebalancer.h"
 #include "moe/stats/expert_load_stats.h"
@@ -87,8 +88,8 @@ ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWei
 namespace {
 
 // Per-layer placements from a plan file (`moe placement plan`): one plan layer per MoE
-// layer, for this many ranks and experts.
-Status apply_placement_file(const std::string& path, Engine::Impl* impl) {
+// layer, for this many ranks and experts, each expert on >= min_replicas ranks.
+Status apply_placement_file(const std::string& path, int min_replicas, Engine::Impl* impl) {
   MOE_ASSIGN_OR_RETURN(PlacementPlan plan, load_plan_file(path));
   const ModelConfig& c = impl->config;
   const int R = impl->comm->size();
@@ -107,6 +108,15 @@ Status apply_placement_file(const std::string& path, Engine::Impl* impl) {
     }
     MOE_ASSIGN_OR_RETURN(impl->ep[static_cast<size_t>(lp.layer)].placement,
                          ExpertPlacement::from_rank_slots(lp.rank_slots, c.router.num_experts));
+    const std::vector<int> counts = count_replicas(lp, c.router.num_experts);
+    for (size_t e = 0; e < counts.size(); ++e) {
+      if (counts[e] < min_replicas) {
+        return invalid_argument(path + ": layer " + std::to_string(lp.layer) + ", expert " + std::to_string(e) + " has " +
+                                std::to_string(counts[e]) + " replica(s), fewer than min_replicas " +
+                                std::to_string(min_replicas) + " (plan it with moe placement plan --min-replicas " +
+                                std::to_string(min_replicas) + ")");
+      }
+    }
     covered[static_cast<size_t>(lp.layer)] = true;
   }
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -114,6 +124,37 @@ Status apply_placement_file(const std::string& path, Engine::Impl* impl) {
       return invalid_argument(path + ": the plan has no entry for MoE layer " + std::to_string(l));
     }
   }
+  return ok_status();
+}
+
+// min_replicas > 1 without a plan file: the start-up placement is planned for uniform
+// load (replica_planner.h), so every expert starts on >= min_replicas ranks (spread over
+// nodes where there are several). slots_per_rank 0 = ceil(experts * min_replicas / ranks).
+Status plan_min_replica_placement(const EngineOptions& options, Engine::Impl* impl) {
+  const ModelConfig& c = impl->config;
+  const Communicator& comm = *impl->comm;
+  const int R = comm.size(), E = c.router.num_experts, m = options.min_replicas;
+  PlannerInput in;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    in.load.emplace_back(static_cast<size_t>(E), 1.0);
+    in.layer_ids.push_back(l);
+  }
+  if (in.load.empty()) return ok_status();
+  in.num_ranks = R;
+  in.num_nodes = R % comm.num_nodes() == 0 ? comm.num_nodes() : 1;
+  in.slots_per_rank = options.slots_per_rank > 0 ? options.slots_per_rank : (E * m + R - 1) / R;
+  in.replica_cap = options.replica_cap;
+  in.min_replicas = m;
+  auto plan = plan_placement(in);
+  if (!plan.ok()) {
+    return invalid_argument("min_replicas " + std::to_string(m) + ": cannot place " + std::to_string(E) +
+                            " experts on " + std::to_string(R) + " ranks: " + plan.status().message());
+  }
+  for (const LayerPlan& lp : plan->layers) {
+    MOE_ASSIGN_OR_RETURN(impl->ep[static_cast<size_t>(lp.layer)].placement, layer_placement(lp, E));
+  }
+  MOE_LOG_INFO("start-up placement: every expert on >= {} of {} ranks, {} slots per rank", m, R, in.slots_per_rank);
   return ok_status();
 }
 
@@ -133,6 +174,10 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   if (impl->config.family == ModelFamily::kDeepseekV3) {
     return unimplemented(dir + "/config.json: model_type 'deepseek_v3' is parsed (its router is supported) but "
                          "Multi-head Latent Attention is not implemented yet, so the model cannot run");
+  }
+  if (options.min_replicas < 1 || (options.min_replicas > 1 && impl->comm == nullptr)) {
+    return invalid_argument("min_replicas " + std::to_string(options.min_replicas) +
+                            (options.min_replicas < 1 ? " must be >= 1" : " needs expert parallelism (a communicator)"));
   }
   MOE_ASSIGN_OR_RETURN(impl->capacity.policy, parse_overflow_policy(resolved_overflow_policy(options)));
   if (impl->capacity.policy == OverflowPolicy::kDropless && options.capacity_factor.has_value()) {
@@ -166,7 +211,11 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     ctx.options.max_nodes_per_token = options.max_nodes_per_token;
     ctx.options.capacity = impl->capacity;
     impl->ep.assign(static_cast<size_t>(impl->config.num_hidden_layers), ctx);
-    if (!options.placement_file.empty()) MOE_RETURN_IF_ERROR(apply_placement_file(options.placement_file, impl));
+    if (!options.placement_file.empty()) {
+      MOE_RETURN_IF_ERROR(apply_placement_file(options.placement_file, options.min_replicas, impl));
+    } else if (options.min_replicas > 1) {
+      MOE_RETURN_IF_ERROR(plan_min_replica_placement(options, impl));
+    }
     const int me = impl->comm->rank();
     const std::vector<EpContext>* layers = &impl->ep;
     filter = [layers, me](int layer, int expert) {
@@ -253,6 +302,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                        .expert_store = &impl->expert_store};
     in.options.slots_per_rank = options.slots_per_rank;
     in.options.replica_cap = options.replica_cap;
+    in.options.min_replicas = options.min_replicas;
     in.options.min_gain = options.rebalance_min_gain;
     impl->rebalancer = std::make_unique<Rebalancer>(in);
   }

@@ -15,18 +15,21 @@ namespace {
 void place_by_exchange(Packer& P, int e) {
   int bp = -1, bq = -1, bx = -1;
   double best = 0;
-  for (int q = 0; q < P.num_ranks(); ++q) {
-    if (P.full(q)) continue;
-    for (int p = 0; p < P.num_ranks(); ++p) {
-      if (p == q || P.holds(p, e)) continue;
-      for (int x : P.items(p)) {
-        if (P.holds(q, x)) continue;
-        const double v = std::max(P.load(p) - P.size(x) + P.size(e), P.load(q) + P.size(x));
-        if (bx < 0 || v < best) {
-          best = v;
-          bp = p;
-          bq = q;
-          bx = x;
+  // First only exchanges that keep x on as many nodes (P.can_leave), then any.
+  for (int keep_nodes = 1; keep_nodes >= 0 && bx < 0; --keep_nodes) {
+    for (int q = 0; q < P.num_ranks(); ++q) {
+      if (P.full(q)) continue;
+      for (int p = 0; p < P.num_ranks(); ++p) {
+        if (p == q || P.holds(p, e)) continue;
+        for (int x : P.items(p)) {
+          if (P.holds(q, x) || (keep_nodes != 0 && !P.can_leave(p, x, P.node(q)))) continue;
+          const double v = std::max(P.load(p) - P.size(x) + P.size(e), P.load(q) + P.size(x));
+          if (bx < 0 || v < best) {
+            best = v;
+            bp = p;
+            bq = q;
+            bx = x;
+          }
         }
       }
     }
@@ -35,6 +38,22 @@ void place_by_exchange(Packer& P, int e) {
   P.remove(bp, bx);
   P.add(bq, bx);
   P.add(bp, e);
+}
+
+// The replicas in `order` (each expert's consecutive) dealt slot-major over the ranks
+// taken one per node in turn: position k goes to rank ranks[k % R], so c <= R
+// consecutive replicas sit on c distinct ranks spanning min(c, nodes) nodes, and no rank
+// gets more than ceil(total / R) <= slots.
+void pack_round_robin(Packer& P, const std::vector<int>& order) {
+  std::vector<std::vector<int>> by_node(static_cast<size_t>(P.num_nodes()));
+  for (int p = 0; p < P.num_ranks(); ++p) by_node[static_cast<size_t>(P.node(p))].push_back(p);
+  std::vector<int> ranks;
+  for (size_t i = 0; ranks.size() < static_cast<size_t>(P.num_ranks()); ++i) {
+    for (const auto& v : by_node) {
+      if (i < v.size()) ranks.push_back(v[i]);
+    }
+  }
+  for (size_t k = 0; k < order.size(); ++k) P.add(ranks[k % ranks.size()], order[k]);
 }
 
 }  // namespace
@@ -66,17 +85,17 @@ void add_replicas_by_load(const std::vector<double>& w, const std::vector<int>& 
 }
 
 std::vector<int> replicate(const std::vector<double>& w, const std::vector<int>& experts, int64_t total_slots,
-                           int cap) {
+                           int cap, int min_count) {
   std::vector<int> r(w.size(), 0);
-  for (int e : experts) r[static_cast<size_t>(e)] = 1;
-  int64_t used = static_cast<int64_t>(experts.size());
+  const int first = std::max(1, std::min(min_count, cap));
+  for (int e : experts) r[static_cast<size_t>(e)] = first;
+  int64_t used = static_cast<int64_t>(experts.size()) * first;
   add_replicas_by_load(w, experts, total_slots, cap, &r, &used);
   return r;
 }
 
-// Balanced packing (LPT): replicas by size descending (lowest id first on ties), each on
-// the least-loaded rank (lowest index on ties) with a free slot that lacks the expert;
-// with `spread`, ranks on nodes that hold no replica of the expert yet come first.
+// Balanced packing (LPT), falling back to round-robin dealing when the node floor is
+// missed (see the header).
 void pack_lpt(Packer& P, const std::vector<int>& experts, bool spread) {
   std::vector<int> order;
   for (int e : experts) {
@@ -89,9 +108,10 @@ void pack_lpt(Packer& P, const std::vector<int>& experts, bool spread) {
   for (int e : order) {
     int best = -1;
     bool best_covered = true;
+    const bool prefer_new = spread || P.covered_nodes(e) < P.min_nodes();
     for (int p = 0; p < P.num_ranks(); ++p) {
       if (P.full(p) || P.holds(p, e)) continue;
-      const bool covered = spread && P.node_count(P.node(p), e) > 0;
+      const bool covered = prefer_new && P.node_count(P.node(p), e) > 0;
       if (best < 0 || (covered != best_covered ? !covered : P.load(p) < P.load(best))) {
         best = p;
         best_covered = covered;
@@ -102,6 +122,10 @@ void pack_lpt(Packer& P, const std::vector<int>& experts, bool spread) {
     } else {
       place_by_exchange(P, e);
     }
+  }
+  if (!P.nodes_spread(experts)) {
+    P.clear();
+    pack_round_robin(P, order);
   }
 }
 
@@ -138,7 +162,7 @@ void improve_max(Packer& P) {
       const double sa = P.size(a);
       if (!(sa > 0)) continue;
       const int ca = P.count(a);
-      if (ca > 1) {  // drop
+      if (P.can_drop(p, a)) {  // drop
         const double grow = P.weight(a) / (ca - 1) - sa;
         double v = lp - sa;
         for (int q = 0; q < R && v < best; ++q) {
@@ -151,13 +175,15 @@ void improve_max(Packer& P) {
         if (q == p || P.holds(q, a)) continue;
         const double lq = P.load(q);
         if (lq >= best) continue;  // any change would leave q at or above the target
+        const bool a_may_go = P.can_leave(p, a, P.node(q));
         if (!P.full(q)) {
-          consider(std::max(lp - sa, lq + sa), kMove, q, a, -1);
+          if (a_may_go) consider(std::max(lp - sa, lq + sa), kMove, q, a, -1);
           if (ca < P.cap()) consider(std::max(lp - sa + s_more, lq + s_more), kAdd, q, a, -1);
         }
+        if (!a_may_go) continue;
         for (int b : P.items(q)) {
           const double sb = P.size(b);
-          if (!(sb < sa) || P.holds(p, b)) continue;
+          if (!(sb < sa) || P.holds(p, b) || !P.can_leave(q, b, P.node(p))) continue;
           consider(std::max(lp - sa + sb, lq + sa - sb), kSwap, q, a, b);
         }
       }
@@ -227,6 +253,7 @@ void improve_cross(Packer& P, const std::vector<int>& experts, double max_load, 
       for (size_t j = 0; j < db.size(); ++j) {
         const int b = P.items(q)[j];
         if (P.holds(p, b) || !(da[i] + db[j] < -tol)) continue;
+        if (!P.can_leave(p, a, B) || !P.can_leave(q, b, A)) continue;
         const double d = P.size(a) - P.size(b);
         if (P.load(p) - d > limit || P.load(q) + d > limit) continue;
         P.remove(p, a);
@@ -265,7 +292,7 @@ void improve_cross(Packer& P, const std::vector<int>& experts, double max_load, 
             const int from = dir == 0 ? p : q, to = dir == 0 ? q : p;
             if (P.full(to)) continue;
             for (int a : P.items(from)) {
-              if (P.holds(to, a) || P.load(to) + P.size(a) > limit) continue;
+              if (P.holds(to, a) || P.load(to) + P.size(a) > limit || !P.can_leave(from, a, P.node(to))) continue;
               if (delta(a, P.node(from), P.node(to)) < -tol) {
                 P.remove(from, a);
                 P.add(to, a);
@@ -293,14 +320,14 @@ std::vector<int> iota_vec(int begin, int end) {
   return v;
 }
 
-// Replica counts: the fewest replicas that keep every replica's load <= `max_replica_load`
-// (as far as the cap allows), then one more replica at a time for the hottest experts up
+// Replica counts: the fewest replicas (at least min_count) that keep every replica's load
+// <= `max_replica_load` (as far as the cap allows), then one more replica at a time for the hottest experts up
 // to min(num_nodes, cap) (each, put on a new node, saves load / num_nodes of crossing),
 // then, with `fill`, the remaining slots by load per replica as in replicate(). Empty if
 // the minimum already needs more than total_slots.
 std::vector<int> replicate_for_coverage(const std::vector<double>& w, const std::vector<int>& experts,
                                         int64_t total_slots, int cap, int num_nodes, double max_replica_load,
-                                        bool fill) {
+                                        bool fill, int min_count) {
   std::vector<int> r(w.size(), 0);
   int64_t used = 0;
   for (int e : experts) {
@@ -309,7 +336,7 @@ std::vector<int> replicate_for_coverage(const std::vector<double>& w, const std:
     if (max_replica_load > 0 && x > max_replica_load) {
       need = static_cast<int>(std::ceil(x / max_replica_load * (1 - 1e-12)));
     }
-    r[static_cast<size_t>(e)] = std::min(std::max(need, 1), cap);
+    r[static_cast<size_t>(e)] = std::min(std::max(need, std::max(min_count, 1)), cap);
     used += r[static_cast<size_t>(e)];
   }
   if (used > total_slots) return {};

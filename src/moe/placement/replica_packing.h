@@ -20,13 +20,18 @@ constexpr double kRelEps = 1e-12;
 // `slots` replicas and no expert twice. Experts keep their global ids (0..E-1); ranks are
 // local indices 0..n-1 mapped to global ids by `rank_ids`. counts[e] is the number of
 // replicas expert e has (or will have once packed); each carries w[e] / counts[e].
+// Floors kept by every change after packing: an expert keeps >= min_count replicas
+// (drop_replica refuses below it) and, once packed, replicas on >= min_nodes nodes
+// (can_leave tells whether removing one keeps that).
 class Packer {
  public:
   Packer(int num_experts, int slots, std::vector<int> rank_ids, std::vector<int> rank_node, int num_nodes,
-         const std::vector<double>& w, std::vector<int> counts, int cap)
+         const std::vector<double>& w, std::vector<int> counts, int cap, int min_count = 1, int min_nodes = 1)
       : E_(num_experts),
         S_(slots),
         cap_(cap),
+        min_count_(min_count),
+        min_nodes_(min_nodes),
         rank_ids_(std::move(rank_ids)),
         node_(std::move(rank_node)),
         num_nodes_(num_nodes),
@@ -41,7 +46,10 @@ class Packer {
   }
 
   int num_ranks() const { return static_cast<int>(rank_ids_.size()); }
+  int num_nodes() const { return num_nodes_; }
   int cap() const { return cap_; }
+  int min_count() const { return min_count_; }
+  int min_nodes() const { return min_nodes_; }
   bool holds(int p, int e) const { return on_[idx(p, e)] != 0; }
   bool full(int p) const { return static_cast<int>(items_[static_cast<size_t>(p)].size()) >= S_; }
   double load(int p) const { return load_[static_cast<size_t>(p)]; }
@@ -52,6 +60,36 @@ class Packer {
   const std::vector<int>& items(int p) const { return items_[static_cast<size_t>(p)]; }
   int node(int p) const { return node_[static_cast<size_t>(p)]; }
   int node_count(int n, int e) const { return node_cnt_[static_cast<size_t>(n) * E_ + static_cast<size_t>(e)]; }
+  // Nodes holding at least one replica of e.
+  int covered_nodes(int e) const {
+    int c = 0;
+    for (int n = 0; n < num_nodes_; ++n) c += node_count(n, e) > 0 ? 1 : 0;
+    return c;
+  }
+  // Whether e's replica on p may leave p (for a rank on `dest_node`, or -1: dropped)
+  // without e's node count dropping, or dropping to no fewer than min_nodes nodes.
+  bool can_leave(int p, int e, int dest_node) const {
+    const int from = node(p);
+    if (node_count(from, e) > 1 || dest_node == from) return true;
+    if (dest_node >= 0 && node_count(dest_node, e) == 0) return true;  // one node for another
+    return covered_nodes(e) - 1 >= min_nodes_;
+  }
+  // Whether a replica of e on p may be dropped (count and node floors kept).
+  bool can_drop(int p, int e) const { return count(e) > min_count_ && can_leave(p, e, -1); }
+  // Every expert of `experts` with replicas on >= min(min_nodes, its count) nodes.
+  bool nodes_spread(const std::vector<int>& experts) const {
+    for (int e : experts) {
+      if (covered_nodes(e) < std::min(min_nodes_, count(e))) return false;
+    }
+    return true;
+  }
+  // Empties every rank (counts kept).
+  void clear() {
+    for (auto& v : items_) v.clear();
+    std::fill(load_.begin(), load_.end(), 0.0);
+    std::fill(on_.begin(), on_.end(), 0);
+    std::fill(node_cnt_.begin(), node_cnt_.end(), 0);
+  }
 
   // Places one of e's counts[e] replicas on p.
   void add(int p, int e) {
@@ -72,7 +110,7 @@ class Packer {
   }
   // One replica fewer: e leaves p, its other replicas carry w/(count-1) each.
   void drop_replica(int p, int e) {
-    MOE_CHECK(count(e) > 1);
+    MOE_CHECK(count(e) > min_count_);
     remove(p, e);
     set_count(e, count(e) - 1);
   }
@@ -121,7 +159,7 @@ class Packer {
     count_[static_cast<size_t>(e)] = c;
   }
 
-  int E_, S_, cap_;
+  int E_, S_, cap_, min_count_, min_nodes_;
   std::vector<int> rank_ids_, node_;
   int num_nodes_;
   const std::vector<double>* w_;
@@ -138,28 +176,33 @@ class Packer {
 // cap and its load is positive. r: replica counts by global expert id, each >= 1.
 void add_replicas_by_load(const std::vector<double>& w, const std::vector<int>& experts, int64_t total_slots, int cap,
                           std::vector<int>* r, int64_t* used);
-// Greedy replication: every expert in `experts` starts with one replica; while fewer than
+// Greedy replication: every expert in `experts` starts with min_count replicas (<= cap);
+// while fewer than
 // `total_slots` replicas exist, the expert with the largest load per replica (lowest id on
 // ties) under `cap` gets one more. Experts without load get none. Returns counts indexed
 // by global expert id (0 for experts outside `experts`).
 std::vector<int> replicate(const std::vector<double>& w, const std::vector<int>& experts, int64_t total_slots,
-                           int cap);
-// Replica counts: the fewest replicas that keep every replica's load <= `max_replica_load`
-// (as far as the cap allows), then one more replica at a time for the hottest experts up
+                           int cap, int min_count = 1);
+// Replica counts: the fewest replicas (at least min_count) that keep every replica's load
+// <= `max_replica_load` (as far as the cap allows), then one more replica at a time for the hottest experts up
 // to min(num_nodes, cap) (each, put on a new node, saves load / num_nodes of crossing),
 // then, with `fill`, the remaining slots by load per replica as in replicate(). Empty if
 // the minimum already needs more than total_slots.
 std::vector<int> replicate_for_coverage(const std::vector<double>& w, const std::vector<int>& experts,
                                         int64_t total_slots, int cap, int num_nodes, double max_replica_load,
-                                        bool fill);
+                                        bool fill, int min_count = 1);
 // Balanced packing (LPT): replicas by size descending (lowest id first on ties), each on
 // the least-loaded rank (lowest index on ties) with a free slot that lacks the expert;
-// with `spread`, ranks on nodes that hold no replica of the expert yet come first.
+// ranks on nodes that hold no replica of the expert yet come first with `spread`, and
+// always while the expert is on fewer than min_nodes nodes. If some expert still ends on
+// fewer than min(min_nodes, count) nodes, the ranks are emptied and the replicas dealt
+// round-robin instead (slot-major over ranks interleaved by node: an expert's c <= ranks
+// consecutive replicas land on c distinct ranks spanning min(c, nodes) nodes).
 void pack_lpt(Packer& P, const std::vector<int>& experts, bool spread);
 // Local search on the maximum rank load (moves, swaps, drops and adds of replicas while
-// they lower the max).
+// they lower the max), never below the Packer's min_count / min_nodes floors.
 void improve_max(Packer& P);
-// Cross-node pass, keeping every rank at or below `max_load`.
+// Cross-node pass, keeping every rank at or below `max_load` (and the floors).
 void improve_cross(Packer& P, const std::vector<int>& experts, double max_load, int num_nodes);
 // [begin, end) as a vector.
 std::vector<int> iota_vec(int begin, int end);

@@ -29,6 +29,7 @@ using placement_detail::iota_vec;
 
 struct LayerShape {
   int E, R, N, S, cap, G;
+  int min_replicas;
   PlannerAlgorithm algorithm;
   double tolerance;  // max_load_tolerance
 };
@@ -39,10 +40,14 @@ void plan_flat(const std::vector<double>& w, const LayerShape& L, LayerPlan* out
   const int cap = std::min(L.cap, L.R);
   const int64_t total_slots = static_cast<int64_t>(L.R) * S;
   const std::vector<int> experts = iota_vec(0, L.E);
-  const std::vector<int> r = replicate(w, experts, total_slots, cap);
+  const int m = L.min_replicas;
+  const std::vector<int> r = replicate(w, experts, total_slots, cap, m);
   std::vector<int> nodes(static_cast<size_t>(L.R));
   for (int p = 0; p < L.R; ++p) nodes[static_cast<size_t>(p)] = p / (L.R / L.N);
-  auto make = [&](const std::vector<int>& counts) { return Packer(L.E, S, iota_vec(0, L.R), nodes, L.N, w, counts, cap); };
+  // The floors: >= m replicas per expert, on >= min(m, N) nodes.
+  auto make = [&](const std::vector<int>& counts) {
+    return Packer(L.E, S, iota_vec(0, L.R), nodes, L.N, w, counts, cap, m, std::min(m, L.N));
+  };
 
   if (L.algorithm == PlannerAlgorithm::kEplb) {
     Packer P = make(r);
@@ -84,9 +89,9 @@ void plan_flat(const std::vector<double>& w, const LayerShape& L, LayerPlan* out
   double total = 0;
   for (double x : w) total += x;
   add(r);
-  add(replicate_for_coverage(w, experts, total_slots, cap, /*num_nodes=*/1, total / L.R, /*fill=*/false));
+  add(replicate_for_coverage(w, experts, total_slots, cap, /*num_nodes=*/1, total / L.R, /*fill=*/false, m));
   if (L.N > 1) {
-    add(replicate_for_coverage(w, experts, total_slots, cap, L.N, lowest_max() * (1 + L.tolerance), /*fill=*/true));
+    add(replicate_for_coverage(w, experts, total_slots, cap, L.N, lowest_max() * (1 + L.tolerance), /*fill=*/true, m));
   }
   const double M = lowest_max();
   const double limit = M * (1 + L.tolerance);
@@ -170,8 +175,9 @@ void plan_grouped(const std::vector<double>& w, const LayerShape& L, LayerPlan* 
       for (int e = g * per_group; e < (g + 1) * per_group; ++e) experts.push_back(e);
     }
     std::sort(experts.begin(), experts.end());
-    const std::vector<int> r = replicate(w, experts, static_cast<int64_t>(rpn) * S, cap);
-    Packer P(L.E, S, iota_vec(n * rpn, (n + 1) * rpn), std::vector<int>(static_cast<size_t>(rpn), 0), 1, w, r, cap);
+    const std::vector<int> r = replicate(w, experts, static_cast<int64_t>(rpn) * S, cap, L.min_replicas);
+    Packer P(L.E, S, iota_vec(n * rpn, (n + 1) * rpn), std::vector<int>(static_cast<size_t>(rpn), 0), 1, w, r, cap,
+             L.min_replicas, /*min_nodes=*/1);
     pack_lpt(P, experts, /*spread=*/false);
     if (L.algorithm == PlannerAlgorithm::kBalanced) improve_max(P);
     P.emit(experts, out);
@@ -191,6 +197,23 @@ Status validate_planner_input(const PlannerInput& in) {
   if (in.replica_cap < 1) {
     return invalid_argument("replica_cap must be >= 1 (got " + std::to_string(in.replica_cap) +
                             "): every expert keeps at least one replica");
+  }
+  if (in.min_replicas < 1) {
+    return invalid_argument("min_replicas must be >= 1 (got " + std::to_string(in.min_replicas) +
+                            "): every expert keeps at least one replica");
+  }
+  if (in.min_replicas > in.replica_cap) {
+    return invalid_argument("min_replicas " + std::to_string(in.min_replicas) + " exceeds replica_cap " +
+                            std::to_string(in.replica_cap));
+  }
+  if (in.min_replicas > in.num_ranks) {
+    return invalid_argument("min_replicas " + std::to_string(in.min_replicas) + " exceeds num_ranks " +
+                            std::to_string(in.num_ranks) + " (replicas of one expert sit on distinct ranks)");
+  }
+  if (in.num_groups > 0 && in.min_replicas > in.num_ranks / in.num_nodes) {
+    return invalid_argument("min_replicas " + std::to_string(in.min_replicas) + " exceeds the " +
+                            std::to_string(in.num_ranks / in.num_nodes) +
+                            " ranks per node (with num_groups, an expert's replicas all stay on its group's node)");
   }
   if (in.load.empty()) return invalid_argument("load has no layers");
   const size_t E = in.load[0].size();
@@ -226,6 +249,15 @@ Status validate_planner_input(const PlannerInput& in) {
                             std::to_string(slots) + " slots cannot hold each of the " + std::to_string(E) +
                             " experts once (need slots_per_rank >= " + std::to_string(need) + ")");
   }
+  const int64_t need_slots = static_cast<int64_t>(E) * in.min_replicas;
+  if (slots < need_slots) {
+    return invalid_argument("min_replicas " + std::to_string(in.min_replicas) + ": not enough slots: need " +
+                            std::to_string(need_slots) + " (" + std::to_string(E) + " experts x " +
+                            std::to_string(in.min_replicas) + "), have " + std::to_string(slots) + " (num_ranks " +
+                            std::to_string(in.num_ranks) + " x slots_per_rank " + std::to_string(in.slots_per_rank) +
+                            "; need slots_per_rank >= " +
+                            std::to_string((need_slots + in.num_ranks - 1) / in.num_ranks) + ")");
+  }
   if (!std::isfinite(in.max_load_tolerance) || in.max_load_tolerance < 0 || in.max_load_tolerance > 1) {
     return invalid_argument("max_load_tolerance must be in [0, 1] (got " + format_g(in.max_load_tolerance) + ")");
   }
@@ -249,8 +281,8 @@ StatusOr<PlacementPlan> plan_placement(const PlannerInput& in) {
   plan.num_experts = static_cast<int>(in.load[0].size());
   plan.num_ranks = in.num_ranks;
   plan.slots_per_rank = in.slots_per_rank;
-  const LayerShape shape{plan.num_experts, in.num_ranks,   in.num_nodes, in.slots_per_rank,
-                         in.replica_cap,   in.num_groups, in.algorithm,  in.max_load_tolerance};
+  const LayerShape shape{plan.num_experts, in.num_ranks,  in.num_nodes,  in.slots_per_rank, in.replica_cap,
+                         in.num_groups,    in.min_replicas, in.algorithm, in.max_load_tolerance};
   for (size_t l = 0; l < in.load.size(); ++l) {
     LayerPlan L;
     L.layer = in.layer_ids.empty() ? static_cast<int>(l) : in.layer_ids[l];

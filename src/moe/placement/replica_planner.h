@@ -12,8 +12,19 @@
 //    / sum_e load[e]. Nodes are consecutive blocks of num_ranks / num_nodes ranks.
 //
 // Objective: minimise the maximum rank load, then the cross-node share. Constraints:
-// every expert keeps >= 1 replica, at most min(replica_cap, num_ranks) replicas on
-// distinct ranks, at most slots_per_rank experts per rank.
+// every expert keeps >= min_replicas replicas (default 1), at most min(replica_cap,
+// num_ranks) replicas on distinct ranks, at most slots_per_rank experts per rank.
+//
+// Fault tolerance (min_replicas = k): the k replicas are on k distinct ranks, so losing
+// any k - 1 ranks leaves every expert a live replica (what the engine's peer recovery
+// and failover need). Without num_groups they are also spread over min(k, num_nodes)
+// distinct nodes, so with k >= 2 and several nodes a node loss keeps a replica too:
+// packing puts an expert's first replicas on nodes that lack it, and if that misses for
+// some expert the replicas are dealt round-robin over ranks interleaved by node instead
+// (always possible); no later move, swap or drop breaks either floor. With num_groups an
+// expert's replicas all stay on its group's node (k <= ranks per node): rank losses are
+// covered, a node loss is not. Every replica count below starts at k; the objective is
+// unchanged (the load splits evenly over however many replicas an expert has).
 //
 // Algorithms (PlannerAlgorithm):
 //  kBalanced (default): several candidate plans, each built as (1) replica counts,
@@ -21,7 +32,7 @@
 //    free slot that does not hold the expert (LPT; with several nodes once more while
 //    preferring nodes that lack the expert), (3) local search on the most-loaded rank:
 //    move a replica to a free slot, swap it with a smaller one, drop a replica (its
-//    siblings take its share) or add one in a free slot, while that lowers the maximum.
+//    siblings take its share; never below min_replicas) or add one in a free slot, while that lowers the maximum.
 //    Replica counts: (a) greedy: one more replica for the expert with the largest load
 //    per replica while slots remain (EPLB's rule; every slot used); (b) the fewest
 //    replicas that keep each at or below the mean rank load (free slots stay free, so a
@@ -68,6 +79,10 @@ struct PlannerInput {
   int slots_per_rank = 0;                 // num_ranks * slots_per_rank >= num_experts
   int replica_cap = 4;                    // >= 1
   int num_groups = 0;                     // 0 = no expert groups; else divides num_experts, multiple of num_nodes
+  // Fewest replicas of every expert, on distinct ranks (see the top): 1 <= min_replicas
+  // <= min(replica_cap, num_ranks) (<= ranks per node with num_groups), and
+  // num_ranks * slots_per_rank >= num_experts * min_replicas.
+  int min_replicas = 1;
   PlannerAlgorithm algorithm = PlannerAlgorithm::kBalanced;
   // kBalanced: plans whose max rank load is within this fraction of the lowest max found
   // count as equally balanced, and the lowest cross-node share among them wins (the
@@ -76,7 +91,8 @@ struct PlannerInput {
 };
 
 // InvalidArgument naming the field (num_ranks, num_nodes, slots_per_rank, replica_cap,
-// num_groups, load[l][e], layer_ids) and the problem.
+// min_replicas, num_groups, load[l][e], layer_ids) and the problem, e.g. "min_replicas 2:
+// not enough slots: need 16 (8 experts x 2), have 12 (...)".
 Status validate_planner_input(const PlannerInput& in);
 
 // The plan (validate_plan holds for it); slots_per_rank of the plan = the input's.

@@ -64,8 +64,10 @@ Status Rebalancer::rebalance() {
     }
     in.num_ranks = R;
     in.num_nodes = R % comm.num_nodes() == 0 ? comm.num_nodes() : 1;
-    in.slots_per_rank = in_.options.slots_per_rank > 0 ? in_.options.slots_per_rank : (E + R - 1) / R;
+    const int m = std::max(1, in_.options.min_replicas);
+    in.slots_per_rank = in_.options.slots_per_rank > 0 ? in_.options.slots_per_rank : (E * m + R - 1) / R;
     in.replica_cap = in_.options.replica_cap;
+    in.min_replicas = m;
     auto plan = plan_placement(in);
     // Hysteresis: moving experts costs real time, so a plan is adopted only when it
     // lowers the summed max rank load (the step-time proxy) by min_gain or more.

@@ -20,8 +20,9 @@
 namespace moe {
 
 struct RebalanceOptions {
-  int slots_per_rank = 0;     // expert slots per rank; 0 = ceil(num_experts / num_ranks)
+  int slots_per_rank = 0;     // expert slots per rank; 0 = ceil(num_experts * min_replicas / num_ranks)
   int replica_cap = 4;        // most replicas of one expert
+  int min_replicas = 1;       // fewest replicas of every expert, on distinct ranks (planner floor)
   double min_gain = 0.1;      // adopt a plan only if it lowers the predicted max rank load by this fraction
 };
 
