@@ -139,9 +139,12 @@ TEST(PlacementMpirun, MinReplicaPlansMatchOneProcess) {
   const GenRun single = generate("", "");
   expect_same(single, generate(mpirun(2), "--ep 2 --placement " + plan2 + " --min-replicas 2"));
   expect_same(single, generate(mpirun(4), "--ep 4 --ranks-per-node 2 --placement " + plan4 + " --min-replicas 2"));
-  const GenRun startup = generate(mpirun(2), "--ep 2 --min-replicas 2");
-  expect_same(single, startup);
-  EXPECT_CONTAINS(startup.output, "every expert on >= 2 of 2 ranks");
+  expect_same(single, generate(mpirun(2), "--ep 2 --min-replicas 2"));
+  // That start-up placement was planned (8 experts x 2 over 2 ranks: every rank holds all 8).
+  const auto logged = run_command(mpirun(2) + moe_binary() +
+                                  " --log-level info generate --ep 2 --min-replicas 2 --threads 1 --max-tokens 4 --prompt hi");
+  ASSERT_EQ(logged.exit_code, 0) << logged.output;
+  EXPECT_CONTAINS(logged.output, "start-up placement: every expert on >= 2 of 2 ranks, 8 slots per rank");
   const GenRun rebal = generate(mpirun(4), "--ep 4 --min-replicas 2 --rebalance-every 1 --rebalance-min-gain 0");
   ASSERT_EQ(rebal.exit_code, 0) << rebal.output;
   EXPECT_EQ(rebal.json["output_token_ids"], single.json["output_token_ids"]);
