@@ -144,6 +144,25 @@ TEST(EngineOpenErrorsTest, CapacityFactorWithDroplessIsRefused) {
   EXPECT_TRUE(Engine::open(o).ok());
 }
 
+// min_replicas is a floor on replicas over EP ranks: below 1 is refused, and so is > 1
+// without a communicator (one process holds each expert once). Under EP the planner's
+// own errors apply (tests/e2e/placement_mpirun_test.cc).
+TEST(EngineOpenErrorsTest, MinReplicasOutOfRangeOrWithoutEpIsRefused) {
+  EngineOptions o{.model_dir = testing::tiny_model_dir(), .num_threads = 1};
+  o.min_replicas = 0;
+  auto e = Engine::open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(e.status().message(), "min_replicas 0 must be >= 1");
+  o.min_replicas = 2;
+  e = Engine::open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(e.status().message(), "min_replicas 2 needs expert parallelism");
+  o.min_replicas = 1;
+  EXPECT_TRUE(Engine::open(o).ok());
+}
+
 TEST(EngineOpenErrorsTest, MissingModelDir) {
   const std::string dir = "/nonexistent/moe_model_dir";
   auto e = Engine::open({.model_dir = dir});
