@@ -306,9 +306,16 @@ void HttpServer::Impl::install_routes() {
     if (draining) {
       res.status = 503;
       res.set_content(R"({"status":"shutting_down"})", kJson);
-    } else {
-      res.set_content(R"({"status":"ok"})", kJson);
+      return;
     }
+    // Not ok ("recovering" under the supervisor, ...): 503, so a load balancer routes
+    // elsewhere meanwhile. worker_pids: the supervisor's worker ranks.
+    const ServiceHealth h = service.health();
+    nlohmann::json body = {{"status", h.state}};
+    if (!h.ok()) body["detail"] = h.detail;
+    if (!h.worker_pids.empty()) body["worker_pids"] = h.worker_pids;
+    if (!h.ok()) res.status = 503;
+    res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.render(service.snapshot()), "text/plain; version=0.0.4; charset=utf-8");

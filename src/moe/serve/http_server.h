@@ -4,6 +4,10 @@
 //   POST /v1/completions, POST /v1/chat/completions   generation, also streamed (SSE)
 //   GET  /v1/models                                    the served model
 //   GET  /health                                       200 {"status":"ok"}; 503 once draining
+//                                                      ({"status":"shutting_down"}) or when
+//                                                      GenerationService::health() is not ok
+//                                                      ({"status":STATE,"detail":...}); with
+//                                                      "worker_pids":[...] under the supervisor
 //   GET  /metrics                                      Prometheus text format (no auth)
 // Other paths: 404; another method on a known path: 405 with Allow. Errors are OpenAI
 // error JSON (openai_protocol.h). With api_keys, /v1/* needs "Authorization: Bearer
