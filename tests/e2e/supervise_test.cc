@@ -123,7 +123,7 @@ TEST(Supervise, MeaninglessFlagCombinationsAreRefusedByName) {
   };
   for (const Case& c : std::vector<Case>{
            {"--mpirun-arg=--oversubscribe", "--mpirun-arg needs --supervise"},
-           {"--liveness-timeout 3", "--liveness-timeout needs --supervise"},
+           {"--recovery-timeout 3", "--recovery-timeout needs --supervise"},
            {"--supervise --mpirun-arg=--oversubscribe", "--mpirun-arg has no effect with --ep 1"},
            {"--supervise --max-restarts 0", "--max-restarts must be >= 1"},
            {"--supervise --recovery-timeout 0", "--recovery-timeout must be a positive number"},

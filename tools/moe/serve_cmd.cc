@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "engine_flags.h"
+#include "moe/core/text_format.h"
 #include "moe/launch.h"
 #include "moe/scheduler.h"
 #include "moe/serve/chat_template.h"
@@ -54,6 +55,13 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (!(f.shutdown_grace >= 0 && std::isfinite(f.shutdown_grace))) {
     return "--shutdown-grace must be a finite number of seconds >= 0 (got " + std::to_string(f.shutdown_grace) + ")";
   }
+  if (!(f.liveness_timeout > 0 && std::isfinite(f.liveness_timeout))) {
+    return "--liveness-timeout must be a finite number of seconds > 0 (got " + std::to_string(f.liveness_timeout) + ")";
+  }
+  if (f.liveness_timeout >= f.engine.launch.comm_timeout_seconds) {
+    return "--liveness-timeout (" + format_g(f.liveness_timeout) + ") must be below --comm-timeout (" +
+           format_g(f.engine.launch.comm_timeout_seconds) + ")";
+  }
   return check_engine ? check_engine_flags(f.engine) : "";
 }
 
@@ -77,6 +85,8 @@ SchedulerOptions scheduler_options(const ServeFlags& f) {
   so.max_num_batched_tokens = f.max_num_batched_tokens;
   so.kv_block_size = f.kv_block_size;
   so.kv_cache_tokens = f.kv_cache_tokens;
+  so.idle_heartbeat_seconds = f.engine.idle_heartbeat_seconds();
+  so.liveness_timeout_seconds = f.liveness_timeout;
   return so;
 }
 
@@ -102,7 +112,7 @@ int run_serve(const ServeFlags& f, const CLI::App& app) {
     ::signal(SIGTERM, SIG_IGN);
     ::signal(SIGINT, SIG_IGN);
     Status st = engine.run_worker();
-    if (!st.ok()) return fail("rank " + std::to_string(rank) + ": " + st.message());
+    if (!st.ok()) return fail_rank(rank, st);
     return 0;
   }
   struct StopWorkers {
@@ -134,7 +144,8 @@ int run_serve(const ServeFlags& f, const CLI::App& app) {
   const serve::ServeLoopResult result = serve::serve_until_shutdown(
       server, {[&] { return scheduler.run(); }, [&](double grace) { scheduler.shutdown(grace); }}, loop);
   if (!result.start.ok()) return fail("--host/--port: " + result.start.message());
-  if (!result.run.ok()) return fail("engine: " + result.run.message());
+  // The HTTP server has answered every request in flight (errors included) by now.
+  if (!result.run.ok()) return fail_rank(rank, result.run);
   std::fprintf(stderr, "stopped\n");
   return 0;
 }
@@ -172,6 +183,11 @@ RunFn add_serve_command(CLI::App& app) {
                  "model family");
   app.add_option("--shutdown-grace", f->shutdown_grace,
                  "Seconds requests in flight may take to finish after SIGTERM/SIGINT")
+      ->capture_default_str();
+  app.add_option("--liveness-timeout", f->liveness_timeout,
+                 "GET /health answers 503 \"stalled\" while an engine step has run longer than this (seconds; "
+                 "below --comm-timeout); with --supervise also how long the worker group may not answer "
+                 "before it is replaced")
       ->capture_default_str();
   add_supervise_flags(app, f.get());
   return [f, &app] { return run_serve(*f, app); };

@@ -32,7 +32,7 @@ namespace {
 const std::set<std::string> kFrontEndFlags = {
     "host",           "port",          "api-key",          "served-model-name", "max-tokens-limit",
     "max-body-bytes", "rate-limit-rps", "rate-limit-tpm",  "chat-template",     "shutdown-grace",
-    "supervise",      "mpirun",         "mpirun-arg",       "liveness-timeout",  "recovery-timeout",
+    "supervise",      "mpirun",         "mpirun-arg",       "recovery-timeout",
     "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help"};
 
 std::string self_exe() {
@@ -68,10 +68,6 @@ void add_supervise_flags(CLI::App& app, ServeFlags* f) {
                      "--supervise: an argument for mpirun, e.g. --mpirun-arg=--oversubscribe (repeat for several)")
           ->allow_extra_args(false));
   f->supervise_only.push_back(
-      app.add_option("--liveness-timeout", f->liveness_timeout,
-                     "--supervise: seconds without an answer from the worker group before it is declared failed")
-          ->capture_default_str());
-  f->supervise_only.push_back(
       app.add_option("--recovery-timeout", f->recovery_timeout,
                      "--supervise: seconds a request waits to be resumed after a failure before it ends with an error")
           ->capture_default_str());
@@ -105,7 +101,6 @@ std::string check_supervise_flags(const ServeFlags& f) {
   if (f.engine.launch.ep == 1 && !f.mpirun_args.empty()) {
     return "--mpirun-arg has no effect with --ep 1 (the worker group is one process, started without mpirun)";
   }
-  if (!positive(f.liveness_timeout)) return "--liveness-timeout must be a positive number of seconds";
   if (!positive(f.recovery_timeout)) return "--recovery-timeout must be a positive number of seconds";
   if (!positive(f.startup_timeout)) return "--startup-timeout must be a positive number of seconds";
   if (f.max_restarts < 1) return "--max-restarts must be >= 1 (got " + std::to_string(f.max_restarts) + ")";
@@ -187,7 +182,7 @@ int run_worker_endpoint(const ServeFlags& f) {
     ::signal(SIGTERM, SIG_IGN);  // rank 0 stops the workers
     ::signal(SIGINT, SIG_IGN);
     Status st = engine.run_worker();
-    if (!st.ok()) return fail("rank " + std::to_string(rank) + ": " + st.message());
+    if (!st.ok()) return fail_rank(rank, st);
     return 0;
   }
   struct StopWorkers {
@@ -208,7 +203,7 @@ int run_worker_endpoint(const ServeFlags& f) {
   std::fflush(stderr);
   const Status run = scheduler.run();
   endpoint.stop();
-  if (!run.ok()) return fail("engine: " + run.message());
+  if (!run.ok()) return fail_rank(rank, run);
   return 0;
 }
 
