@@ -5,6 +5,7 @@
 // up to --shutdown-grace seconds, then exit 0; a second signal aborts them at once.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -35,7 +36,12 @@ struct ServeFlags {
   double rate_limit_tpm = 0;
   std::string chat_template;
   double shutdown_grace = 30;
-  double liveness_timeout = 10;
+  double liveness_timeout = 10;  // when not given: min(10, --comm-timeout / 2)
+  const CLI::Option* liveness_option = nullptr;
+  double effective_liveness_timeout() const {
+    if (liveness_option != nullptr && liveness_option->count() > 0) return liveness_timeout;
+    return std::min(10.0, engine.launch.comm_timeout_seconds / 2);
+  }
 };
 
 std::string check_flags(const ServeFlags& f) {
@@ -71,14 +77,15 @@ std::string check_flags(const ServeFlags& f) {
   if (!(f.shutdown_grace >= 0 && std::isfinite(f.shutdown_grace))) {
     return "--shutdown-grace must be a finite number of seconds >= 0 (got " + std::to_string(f.shutdown_grace) + ")";
   }
+  if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return bad;
   if (!(f.liveness_timeout > 0 && std::isfinite(f.liveness_timeout))) {
-    return "--liveness-timeout must be a finite number of seconds > 0 (got " + std::to_string(f.liveness_timeout) + ")";
+    return "--liveness-timeout must be a finite number of seconds > 0 (got " + format_g(f.liveness_timeout) + ")";
   }
-  if (f.liveness_timeout >= f.engine.launch.comm_timeout_seconds) {
+  if (f.effective_liveness_timeout() >= f.engine.launch.comm_timeout_seconds) {
     return "--liveness-timeout (" + format_g(f.liveness_timeout) + ") must be below --comm-timeout (" +
            format_g(f.engine.launch.comm_timeout_seconds) + ")";
   }
-  return check_engine_flags(f.engine);
+  return "";
 }
 
 int run_serve(const ServeFlags& f) {
@@ -89,7 +96,7 @@ int run_serve(const ServeFlags& f) {
     if (!t.ok()) return fail("--chat-template: " + t.status().message());
   }
   auto opened = launch_engine_from_flags(f.engine, "serve");
-  if (!opened.ok()) return fail(opened.status().message());
+  if (!opened.ok()) return fail_rank(-1, opened.status());
   Engine& engine = *opened.value().engine;
   const int rank = opened.value().rank;
   if (rank != 0) {
@@ -120,7 +127,7 @@ int run_serve(const ServeFlags& f) {
   so.kv_block_size = f.kv_block_size;
   so.kv_cache_tokens = f.kv_cache_tokens;
   so.idle_heartbeat_seconds = f.engine.idle_heartbeat_seconds();
-  so.liveness_timeout_seconds = f.liveness_timeout;
+  so.liveness_timeout_seconds = f.effective_liveness_timeout();
   auto scheduler_or = Scheduler::create(&engine, so);
   if (!scheduler_or.ok()) return fail(scheduler_or.status().message());
   Scheduler& scheduler = *scheduler_or.value();
@@ -186,10 +193,10 @@ RunFn add_serve_command(CLI::App& app) {
   app.add_option("--shutdown-grace", f->shutdown_grace,
                  "Seconds requests in flight may take to finish after SIGTERM/SIGINT")
       ->capture_default_str();
-  app.add_option("--liveness-timeout", f->liveness_timeout,
-                 "GET /health answers 503 \"stalled\" while an engine step has run longer than this (seconds; "
-                 "below --comm-timeout)")
-      ->capture_default_str();
+  f->liveness_option = app.add_option(
+      "--liveness-timeout", f->liveness_timeout,
+      "GET /health answers 503 \"stalled\" while an engine step has run longer than this (seconds; below "
+      "--comm-timeout; default min(10, --comm-timeout / 2))");
   return [f] { return run_serve(*f); };
 }
 
