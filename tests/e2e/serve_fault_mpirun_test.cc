@@ -1,5 +1,5 @@
-// Level 0 of fault tolerance, end to end: `mpirun -np 2 moe serve --ep 2
-// --comm-timeout 2`, with a streamed and a non-streamed request in flight when rank 1
+// Level 0 of fault tolerance, end to end: `mpirun [--enable-recovery] -np 2 moe serve
+// --ep 2 --comm-timeout 2`, with a streamed and a non-streamed request in flight when rank 1
 // dies (SIGKILL) or stops answering (SIGSTOP): the streamed request ends with an SSE
 // error event then [DONE], the non-streamed one with a 503 OpenAI error JSON, /health
 // says "stalled" while rank 0 waits on the stopped peer, and mpirun exits (non-zero)
@@ -116,8 +116,12 @@ void expect_503_json(const PlainOutcome& p) {
 const std::vector<std::string> kArgs = {"--ep", "2", "--threads", "1", "--comm-timeout", "2", "--liveness-timeout",
                                         "0.5"};
 
+// With --enable-recovery: plain mpirun reacts to a rank's death by killing the others
+// (SIGTERM, SIGKILL a second later), which races rank 0's answers (rank 0 lost 1 run of 8
+// here); with it the job lives until rank 0's --comm-timeout fails the step, answers
+// every request and ends the job with MPI_Abort (mpirun then exits 0 in that mode).
 TEST(ServeFaultMpirun, KilledRankEndsRequestsWithErrorsAndEveryProcessExits) {
-  ServeProcess server(kArgs, /*mpirun_np=*/2);
+  ServeProcess server(kArgs, /*mpirun_np=*/2, "", {"--enable-recovery"});
   ASSERT_GT(server.port(), 0) << server.log();
   const pid_t rank1 = server.rank_pid(1);
   ASSERT_GT(rank1, 0);
@@ -138,7 +142,6 @@ TEST(ServeFaultMpirun, KilledRankEndsRequestsWithErrorsAndEveryProcessExits) {
   expect_503_json(plain.get());
   const int code = server.wait_exit(15 - since(t0));
   EXPECT_NE(code, -1) << "mpirun still running " << since(t0) << " s after the kill\n" << server.log();
-  EXPECT_NE(code, 0);
   EXPECT_LT(since(t0), 15.0);
   EXPECT_NE(server.log().find("the expert-parallel group failed"), std::string::npos) << server.log();
 }

@@ -26,11 +26,15 @@ namespace moe::testing {
 class ServeProcess {
  public:
   // `args`: the moe serve flags after `serve` (--port 0 is added). `mpirun_np` > 0
-  // runs it under mpirun with that many ranks.
-  explicit ServeProcess(const std::vector<std::string>& args, int mpirun_np = 0, const std::string& log_level = "") {
+  // runs it under mpirun with that many ranks (and `mpirun_args` before -np).
+  explicit ServeProcess(const std::vector<std::string>& args, int mpirun_np = 0, const std::string& log_level = "",
+                        const std::vector<std::string>& mpirun_args = {}) {
     std::vector<std::string> argv;
     if (mpirun_np > 0) {
-      argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(mpirun_np)};
+      argv = {"mpirun", "--allow-run-as-root", "--oversubscribe"};
+      argv.insert(argv.end(), mpirun_args.begin(), mpirun_args.end());
+      argv.push_back("-np");
+      argv.push_back(std::to_string(mpirun_np));
     }
     argv.push_back(moe_binary());
     if (!log_level.empty()) {

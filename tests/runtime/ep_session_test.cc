@@ -269,6 +269,7 @@ TEST(EpSession, DeadLeaderEndsTheWorkerWithinTheTimeout) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_TRUE(results[0].ok()) << results[0].to_string();
   EXPECT_EQ(results[1].code(), StatusCode::kDeadlineExceeded) << results[1].to_string();
+  EXPECT_CONTAINS(results[1].message(), "waiting for rank 0's next step");
   EXPECT_GE(seconds[1], 0.3);
   EXPECT_LT(seconds[1], 3.0);
 }
