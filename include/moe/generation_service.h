@@ -29,7 +29,9 @@ struct SeqRequest {
   // in events (nor is their text), stop strings and EOS see them as output, and the
   // sampler continues as if uninterrupted (its random stream advanced past them), so a
   // greedy or seeded request gives the tokens of an uninterrupted run.
-  // InvalidArgument if there are max_tokens or more of them, or one is out of the vocab.
+  // InvalidArgument if there are max_tokens or more of them, one is out of the vocab, or
+  // they could not have been generated: an EOS among them (unless ignore_eos) or their
+  // text completing a stop string (either would have ended the request).
   std::vector<int> resume_token_ids{};
 };
 
@@ -84,6 +86,10 @@ struct ServiceHealth {
   // "failed"     the engine failed and will not serve again (the process is exiting).
   std::string state = "ok";
   std::string detail{};  // why, when not ok (e.g. "step running for 12.5 s")
+  // Under the supervisor (src/moe/supervisor/): the pid of each rank (index = rank; -1
+  // where unknown) of the worker group serving now; empty otherwise (and while none is).
+  // For operators and the fault-injection harness (GET /health shows it).
+  std::vector<int64_t> worker_pids{};
   bool ok() const { return state == "ok"; }
 };
 

@@ -40,14 +40,14 @@ int run_generate(const GenerateFlags& f) {
   }
   if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return fail(bad);
   auto opened = launch_engine_from_flags(f.engine, "generate");
-  if (!opened.ok()) return fail(opened.status().message());
+  if (!opened.ok()) return fail_rank(-1, opened.status());
   const bool expert_parallel = opened.value().comm != nullptr;
   const int num_ranks = opened.value().num_ranks;
   auto& engine = opened.value().engine;
   const int rank = opened.value().rank;
   if (rank != 0) {
     Status st = engine->run_worker();
-    if (!st.ok()) return fail("rank " + std::to_string(rank) + ": " + st.message());
+    if (!st.ok()) return fail_rank(rank, st);
     return 0;
   }
   // Rank 0 (or the only process) generates; workers are released when it returns.
@@ -82,8 +82,7 @@ int run_generate(const GenerateFlags& f) {
   auto result = engine->generate(req, stream);
   if (!result.ok()) {
     if (text_mode) std::fputs("\n", stdout);
-    std::string msg = result.status().message();
-    return fail(msg);
+    return fail_rank(rank, result.status());
   }
   const GenerateResult& r = result.value();
   if (f.engine.options.rebalance_every > 0) {
