@@ -1,0 +1,54 @@
+// One run of `moe bench chaos`'s workload against a freshly started server, with at most
+// one fault injected: start the server (its own process group), send the workload
+// (`concurrency` requests in flight), inject the fault at its time, watch for hangs and
+// recovery, then end every process the run started, whatever happened. The fault-free
+// reference run is the same with no fault.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moe/serve_bench/chaos_report.h"
+#include "moe/serve_bench/chaos_workload.h"
+#include "moe/status.h"
+
+namespace moe::serve_bench {
+
+struct ChaosRunOptions {
+  std::vector<std::string> server_command;  // the full command line (mpirun ... moe serve ...)
+  int num_ranks = 2;                 // --ep
+  bool supervised = false;           // the command is the supervised front end
+  int concurrency = 4;
+  double hang_seconds = 30;          // no progress this long with requests outstanding: a hang
+  double stop_seconds = 5;           // SIGSTOP length
+  double start_timeout_seconds = 120;
+  double exit_grace_seconds = 10;    // a server that ended: how long its processes get to go
+  double min_outage_seconds = 0.25;  // a shorter silence after the fault is not an outage
+  std::string log_path;              // the server's output goes there too when set
+};
+
+// The fault of one trial. `target`: a rank in [0, num_ranks), or num_ranks for the
+// front end (supervised only).
+struct FaultPlan {
+  std::string kind = "none";         // none, kill, stop, corrupt
+  double at_s = 0;                   // seconds after the workload begins
+  int target = 0;
+  std::string corrupt_file;          // corrupt: the shard file to damage
+  long corrupt_offset = 0;           // corrupt: the byte to flip (restored after the trial)
+};
+
+using ChaosLogFn = std::function<void(const std::string& line)>;
+
+// Runs one trial. Never throws; a server that does not start is `setup_error`.
+ChaosTrial run_chaos_trial(const ChaosRunOptions& options, const std::vector<ChaosRequest>& requests,
+                           const FaultPlan& plan, int trial_number, const ChaosLogFn& log);
+
+// The expert shard files of a store (STORE/CURRENT -> its manifest's shards of kind
+// "expert"), as paths. NotFound / DataLoss naming the file when the store is not readable.
+StatusOr<std::vector<std::string>> expert_shard_files(const std::string& store_dir);
+
+// XORs the byte at `offset` of `path` with 0xFF (twice restores it). Errors name the file.
+Status flip_byte(const std::string& path, long offset);
+
+}  // namespace moe::serve_bench
