@@ -25,7 +25,9 @@ struct ChaosTrial {
   std::vector<ChaosResult> results;  // per request, in workload order
   bool hang = false;             // no progress for --hang-seconds with requests outstanding
   double hang_at_s = -1;
-  std::optional<double> recovery_s;  // fault -> serving again; nullopt: never
+  // Fault -> serving again (chaos_trial.h says how it is measured); nullopt: never,
+  // e.g. the server ended.
+  std::optional<double> recovery_s;
   std::string server_end;        // "running" at the end of the workload, else how it ended
   int stragglers = 0;            // server processes still alive --exit-grace after it ended
   int leftover = 0;              // processes still alive after the harness killed them all

@@ -220,10 +220,17 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
   bool injected = false, resumed = false;
   pid_t target_pid = -1;
   double last_report = 0;
+  double last_scan = -1;
   while (finished.load() < n) {
-    tracker.scan();
     const double now = since(t0);
-    if (!injected && plan.kind != "none" && now >= plan.at_s) {
+    if (now - last_scan >= 0.1) {
+      tracker.scan();
+      last_scan = now;
+    }
+    // At its time, or, when the workload runs faster than the reference did, once the
+    // last requests are in flight (a fault after the workload would test nothing).
+    const bool last_wave = started.load() >= n && finished.load() >= n - std::max(1, o.concurrency);
+    if (!injected && plan.kind != "none" && (now >= plan.at_s || last_wave)) {
       injected = true;
       trial.fault_at_s = now;
       if (plan.target >= o.num_ranks) {
@@ -275,34 +282,36 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
       say(std::to_string(finished.load()) + "/" + std::to_string(n) + " requests done at " + format_fixed(now, 1) +
           " s");
     }
-    sleep_s(0.05);
+    sleep_s(0.01);
   }
   for (auto& w : workers) w.join();
   if (injected && plan.kind == "stop" && !resumed && target_pid > 0) ::kill(target_pid, SIGCONT);
 
-  // Recovery: from the tokens; else, when the server still runs, /health ok again.
-  std::vector<double> tokens;
-  for (const ChaosResult& r : trial.results) tokens.insert(tokens.end(), r.token_times_s.begin(), r.token_times_s.end());
-  if (injected && !trial.target.empty()) {
+  // Recovery: serving again after the fault. Not when the server's main process is gone
+  // (nothing serves any more). Else from the tokens of requests that completed (the
+  // tokens of a request that was then cut were not served); else, with no such token
+  // after the fault, /health going down and then ok again.
+  if (injected && !trial.target.empty() && !server->exited()) {
+    std::vector<double> tokens;
+    for (const ChaosResult& r : trial.results) {
+      if (r.outcome == Outcome::kCompleted) tokens.insert(tokens.end(), r.token_times_s.begin(), r.token_times_s.end());
+    }
     trial.recovery_s = recovery_from_tokens(tokens, trial.fault_at_s, o.min_outage_seconds);
-    if (!trial.recovery_s && !trial.hang && !server->exited()) {
-      const double until = since(t0) + o.hang_seconds;
-      while (since(t0) < until && !server->exited()) {
-        {
-          std::lock_guard<std::mutex> lock(health.mu);
-          bool down = false;
-          for (const auto& [t, ok] : health.samples) {
-            if (t < trial.fault_at_s) continue;
-            if (!ok) down = true;
-            if (ok && down) {
-              trial.recovery_s = t - trial.fault_at_s;
-              break;
-            }
+    const double until = since(t0) + o.hang_seconds;
+    while (!trial.recovery_s && !trial.hang && !server->exited() && since(t0) < until) {
+      {
+        std::lock_guard<std::mutex> lock(health.mu);
+        bool down = false;
+        for (const auto& [t, ok] : health.samples) {
+          if (t < trial.fault_at_s) continue;
+          if (!ok) down = true;
+          if (ok && down) {
+            trial.recovery_s = t - trial.fault_at_s;
+            break;
           }
         }
-        if (trial.recovery_s) break;
-        sleep_s(0.1);
       }
+      if (!trial.recovery_s) sleep_s(0.1);
     }
   }
   health_stop.store(true);
@@ -316,7 +325,7 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
   tracker.scan();
   int status = 0;
   if (server->exited(&status)) {
-    trial.server_end = describe_wait_status(status);
+    trial.server_end = trial.hang ? "killed (hang)" : describe_wait_status(status);
     // A server that ended by itself: do its processes end too?
     const Clock::time_point grace = Clock::now();
     while (!tracker.running().empty() && since(grace) < o.exit_grace_seconds) {

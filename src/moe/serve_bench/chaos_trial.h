@@ -1,8 +1,15 @@
 // One run of `moe bench chaos`'s workload against a freshly started server, with at most
 // one fault injected: start the server (its own process group), send the workload
-// (`concurrency` requests in flight), inject the fault at its time, watch for hangs and
-// recovery, then end every process the run started, whatever happened. The fault-free
-// reference run is the same with no fault.
+// (`concurrency` requests in flight), inject the fault at its time (or, when the
+// workload runs faster than the reference did, once its last requests are in flight),
+// watch for hangs and recovery, then end every process the run started, whatever
+// happened. The fault-free reference run is the same with no fault.
+//
+// Recovery time: none while the server's main process is gone; else the end of the
+// longest silence after the fault in the tokens of requests that completed
+// (recovery_from_tokens); else, with no such token, /health failing and then answering
+// 200 again. Processes: every descendant of this process (make it a child subreaper so
+// that orphans stay descendants) and every member of the server's process group.
 #pragma once
 
 #include <functional>
