@@ -9,7 +9,7 @@
 //      allreduce on it (the re-rendezvous a shrink needs).
 // With --stop, rank 2 SIGSTOPs itself instead (a stuck peer: its sockets stay open); the
 // parent SIGKILLs it once the survivors are done.
-//   ./build/gloo_recovery_probe [--timeout-ms 2000] [--stop]
+//   ./build/bench/gloo_recovery_probe [--timeout-ms 2000] [--stop]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -19,7 +19,7 @@
 //   all          p2p, then create_group, then the collectives (a hang ends the run)
 //
 //   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
-//     --enable-recovery -np 3 ./build/mpi_recovery_probe p2p   (one line)
+//     --enable-recovery -np 3 ./build/bench/mpi_recovery_probe p2p   (one line)
 #include <mpi.h>
 #include <signal.h>
 #include <unistd.h>

@@ -81,6 +81,27 @@ TEST(BenchChaosMpirun, KillTrialsAgainstPlainServeNeitherHangNorLeaveProcesses) 
   EXPECT_NE(run.result.output.find("mpirun"), std::string::npos);
 }
 
+TEST(BenchChaosMpirun, AShortStopIsARecoveredPause) {
+  // SIGSTOP of a rank for 1 s, well within the server's deadline: every request
+  // completes with the reference output, and the recovery time is the pause.
+  ChaosRun run = run_chaos(
+      "--ep 2 --trials 1 --faults stop --stop-seconds 1 --requests 8 --concurrency 4 --max-tokens 48 --seed 5 "
+      "--hang-seconds 10 --exit-grace 5 --start-timeout 30 --mpirun-arg --oversubscribe --server-arg '--threads 1'");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output;
+  ASSERT_EQ(run.report["trials"].size(), 1u) << run.result.output;
+  const auto& t = run.report["trials"][0];
+  EXPECT_EQ(t["fault"], "stop");
+  EXPECT_FALSE(t["hang"].get<bool>());
+  EXPECT_EQ(t["leftover"], 0);
+  EXPECT_EQ(t["server_end"], "running");
+  EXPECT_EQ(t["counts"]["completed"], 8) << run.result.output;
+  EXPECT_EQ(t["counts"]["greedy_equal"], 4);
+  EXPECT_EQ(t["counts"]["seeded_equal"], 4);
+  ASSERT_TRUE(t["recovery_s"].is_number()) << run.result.output;
+  EXPECT_GE(t["recovery_s"].get<double>(), 0.9);
+  EXPECT_LT(t["recovery_s"].get<double>(), 6.0);
+}
+
 TEST(BenchChaosMpirun, KillTrialsAgainstTheSupervisorLoseNothing) {
   const auto help = run_command(moe_binary() + " serve --help 2>&1");
   if (help.output.find("--supervise") == std::string::npos) GTEST_SKIP() << "this build has no moe serve --supervise";

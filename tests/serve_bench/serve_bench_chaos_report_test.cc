@@ -122,12 +122,13 @@ TEST(ChaosClient, StreamedRequestAgainstAFakeServer) {
   {
     moe::testing::FakeOpenAiServer server({.ttft_ms = 5, .itl_ms = 1});
     gone_url = server.url();
-    std::atomic<int64_t> progress{0};
+    ChaosProgress progress;
     const auto r = send_chaos_request(server.url(), req, "fake-model", 10, std::chrono::steady_clock::now(), &progress);
     EXPECT_EQ(r.outcome, Outcome::kCompleted) << r.detail;
     EXPECT_EQ(r.text, "t0 t1 t2 ");
     EXPECT_EQ(r.token_times_s.size(), 3u);
-    EXPECT_GT(progress.load(), 0);
+    EXPECT_GT(progress.last_byte_ns.load(), 0);
+    EXPECT_EQ(progress.delivered_tokens.load(), 4);  // 3 text chunks and [DONE]
   }
   // Nothing listens on the port once the server is gone: lost, refused.
   const auto gone = send_chaos_request(gone_url, req, "fake-model", 10, std::chrono::steady_clock::now(), nullptr);
@@ -183,6 +184,28 @@ TEST(ChaosReport, RecoveryIsTheEndOfTheLongestSilenceAfterTheFault) {
   EXPECT_FALSE(recovery_from_tokens({0.5, 0.9}, 1.0, 0.25).has_value());
 }
 
+TEST(ChaosReport, RecoveryCountsCompletedRequestsAndNeedsTheLastOneServed) {
+  auto result = [](Outcome o, std::vector<double> tokens, double end) {
+    ChaosResult r;
+    r.outcome = o;
+    r.token_times_s = std::move(tokens);
+    r.end_s = end;
+    return r;
+  };
+  // Fault at 1.0; a cut request's tokens at 1.01 do not count; the pause ends at 4.0.
+  std::vector<ChaosResult> results = {result(Outcome::kCompleted, {0.5, 0.9}, 0.9),
+                                      result(Outcome::kLost, {1.01}, 1.02),
+                                      result(Outcome::kCompleted, {0.95, 4.0, 4.1}, 4.1)};
+  auto r = recovery_from_results(results, 1.0, 0.25);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_NEAR(*r, 3.0, 1e-9);
+  // Buffered tokens flushed after the pause, but the last request to finish failed: the
+  // server did not recover.
+  results.push_back(result(Outcome::kErrored, {}, 9.0));
+  EXPECT_FALSE(recovery_from_results(results, 1.0, 0.25).has_value());
+  EXPECT_FALSE(recovery_from_results({}, 1.0, 0.25).has_value());
+}
+
 TEST(ChaosReport, FaultMetricsSumLabelsAndSkipOthers) {
   const std::string text =
       "# HELP moe:worker_failures_total Worker group failures.\n"
@@ -191,10 +214,14 @@ TEST(ChaosReport, FaultMetricsSumLabelsAndSkipOthers) {
       "moe:replayed_requests_total 5\n"
       "moe:degraded_tokens_total{layer=\"0\"} 3\n"
       "moe:degraded_tokens_total{layer=\"1\"} 4.5\n"
+      "moe:recovery_seconds_bucket{le=\"1\"} 1\n"
+      "moe:recovery_seconds_bucket{le=\"+Inf\"} 2\n"
+      "moe:recovery_seconds_sum 3.5\n"
       "moe:recovery_seconds_count 2\n"
       "moe:generation_tokens_total 100\n";
   const auto m = parse_fault_metrics(text);
-  EXPECT_EQ(m.size(), 4u);
+  EXPECT_EQ(m.size(), 5u);
+  EXPECT_EQ(m.at("moe:recovery_seconds_sum"), 3.5);
   EXPECT_EQ(m.at("moe:worker_failures_total"), 2);
   EXPECT_EQ(m.at("moe:replayed_requests_total"), 5);
   EXPECT_EQ(m.at("moe:degraded_tokens_total"), 7.5);

@@ -231,7 +231,7 @@ int run_bench_chaos(BenchChaosFlags f) {
     for (int k = 0; k < f.trials; ++k) {
       sb::FaultPlan plan;
       plan.kind = kind;
-      plan.at_s = std::uniform_real_distribution<double>(0.1, 0.7)(rng) * ref_duration;
+      plan.at_fraction = std::uniform_real_distribution<double>(0.1, 0.7)(rng);
       plan.target = std::uniform_int_distribution<int>(0, targets - 1)(rng);
       if (kind == "corrupt") {
         if (plan.target >= f.ep) plan.target = 0;  // the corruption matters to a rank's reload

@@ -66,6 +66,18 @@ std::optional<double> recovery_from_tokens(std::vector<double> token_times_s, do
   return longest >= min_outage_s ? end_of_longest - fault_at_s : 0.0;
 }
 
+std::optional<double> recovery_from_results(const std::vector<ChaosResult>& results, double fault_at_s,
+                                            double min_outage_s) {
+  std::vector<double> tokens;
+  const ChaosResult* last = nullptr;
+  for (const ChaosResult& r : results) {
+    if (r.outcome == Outcome::kCompleted) tokens.insert(tokens.end(), r.token_times_s.begin(), r.token_times_s.end());
+    if (r.end_s > 0 && (last == nullptr || r.end_s > last->end_s)) last = &r;
+  }
+  if (last == nullptr || last->outcome != Outcome::kCompleted) return std::nullopt;
+  return recovery_from_tokens(std::move(tokens), fault_at_s, min_outage_s);
+}
+
 std::map<std::string, double> parse_fault_metrics(const std::string& exposition) {
   std::map<std::string, double> out;
   std::istringstream in(exposition);
@@ -75,6 +87,7 @@ std::map<std::string, double> parse_fault_metrics(const std::string& exposition)
     const size_t name_end = line.find_first_of("{ ");
     if (name_end == std::string::npos) continue;
     const std::string name = line.substr(0, name_end);
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, "_bucket") == 0) continue;  // a histogram's buckets
     if (name.find("failure") == std::string::npos && name.find("recover") == std::string::npos &&
         name.find("replay") == std::string::npos && name.find("degraded") == std::string::npos) {
       continue;
@@ -137,7 +150,7 @@ std::string render_chaos_table(const std::vector<ChaosTrial>& trials, const std:
                                const std::vector<std::string>& reference) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof(line), "%-5s %-7s %-9s %7s %5s %5s %5s %7s %7s %-4s %9s %-10s %5s %5s\n", "trial",
+  std::snprintf(line, sizeof(line), "%-5s %-7s %-9s %7s %5s %5s %5s %7s %7s %-4s %9s %-13s %5s %5s\n", "trial",
                 "fault", "target", "at", "done", "lost", "err", "greedy=", "seeded=", "hang", "recovery", "server",
                 "strag", "left");
   out += line;
@@ -150,11 +163,11 @@ std::string render_chaos_table(const std::vector<ChaosTrial>& trials, const std:
     }
     const ChaosCounts c = count_results(requests, t.results, reference);
     const std::string at = t.fault_at_s < 0 ? "-" : format_fixed(t.fault_at_s, 2) + "s";
-    std::snprintf(line, sizeof(line), "%-5d %-7s %-9s %7s %5d %5d %5d %7s %7s %-4s %9s %-10s %5d %5d\n", t.trial,
+    std::snprintf(line, sizeof(line), "%-5d %-7s %-9s %7s %5d %5d %5d %7s %7s %-4s %9s %-13s %5d %5d\n", t.trial,
                   t.fault.c_str(), t.target.empty() ? "-" : t.target.c_str(), at.c_str(), c.completed, c.lost,
                   c.errored, ratio(c.greedy_equal, c.greedy_completed).c_str(),
                   ratio(c.seeded_equal, c.seeded_completed).c_str(), t.hang ? "YES" : "no", recovery_text(t).c_str(),
-                  t.server_end.substr(0, 10).c_str(), t.stragglers, t.leftover);
+                  t.server_end.substr(0, 13).c_str(), t.stragglers, t.leftover);
     out += line;
   }
   const ChaosSummary s = summarize(trials, requests, reference);

@@ -56,8 +56,16 @@ ChaosCounts count_results(const std::vector<ChaosRequest>& requests, const std::
 std::optional<double> recovery_from_tokens(std::vector<double> token_times_s, double fault_at_s,
                                            double min_outage_s);
 
+// A trial's recovery from its results: recovery_from_tokens over the tokens of the
+// requests that completed (a request that was then cut or failed was not served), and
+// nullopt unless the request that finished last completed (the server was serving again
+// at the end, not just flushing what it had before the fault).
+std::optional<double> recovery_from_results(const std::vector<ChaosResult>& results, double fault_at_s,
+                                            double min_outage_s);
+
 // The fault counters of a Prometheus text exposition: every sample whose metric name
-// contains "failure", "recover", "replay" or "degraded" (labels summed per name).
+// contains "failure", "recover", "replay" or "degraded" (labels summed per name; a
+// histogram's _bucket samples are skipped, its _sum and _count kept).
 std::map<std::string, double> parse_fault_metrics(const std::string& exposition);
 
 struct ChaosSummary {

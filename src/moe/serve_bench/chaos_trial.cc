@@ -184,7 +184,10 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
   std::atomic<int> next{0}, finished{0}, started{0};
   std::atomic<bool> abort{false};
   const Clock::time_point t0 = Clock::now();
-  std::atomic<int64_t> last_progress{t0.time_since_epoch().count()};
+  ChaosProgress progress;
+  progress.last_byte_ns.store(t0.time_since_epoch().count());
+  int64_t total_tokens = 0;
+  for (const ChaosRequest& r : requests) total_tokens += r.max_tokens;
   const double read_timeout = o.hang_seconds + 5;
   std::vector<std::thread> workers;
   for (int w = 0; w < std::max(1, o.concurrency); ++w) {
@@ -197,7 +200,7 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
           r.detail = "not sent: the trial was aborted after a hang";
         } else {
           started.fetch_add(1);
-          r = send_chaos_request(origin, requests[static_cast<size_t>(i)], model, read_timeout, t0, &last_progress);
+          r = send_chaos_request(origin, requests[static_cast<size_t>(i)], model, read_timeout, t0, &progress);
         }
         finished.fetch_add(1);
       }
@@ -227,10 +230,9 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
       tracker.scan();
       last_scan = now;
     }
-    // At its time, or, when the workload runs faster than the reference did, once the
-    // last requests are in flight (a fault after the workload would test nothing).
-    const bool last_wave = started.load() >= n && finished.load() >= n - std::max(1, o.concurrency);
-    if (!injected && plan.kind != "none" && (now >= plan.at_s || last_wave)) {
+    const bool due = static_cast<double>(progress.delivered_tokens.load()) >=
+                     plan.at_fraction * static_cast<double>(total_tokens);
+    if (!injected && plan.kind != "none" && due) {
       injected = true;
       trial.fault_at_s = now;
       if (plan.target >= o.num_ranks) {
@@ -256,8 +258,10 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
         }
         ::kill(target_pid, SIGKILL);
       }
-      say(plan.kind + " " + (trial.target.empty() ? "nothing" : trial.target + " (pid " + std::to_string(target_pid) +
-                                                                 ")") +
+      const std::string what = plan.kind == "corrupt" ? "corrupt " + plan.corrupt_file + " (byte " +
+                                                            std::to_string(plan.corrupt_offset) + "), then kill"
+                                                      : plan.kind;
+      say(what + " " + (trial.target.empty() ? "nothing" : trial.target + " (pid " + std::to_string(target_pid) + ")") +
           " at " + format_fixed(now, 2) + " s");
     }
     if (injected && plan.kind == "stop" && !resumed && target_pid > 0 && now >= trial.fault_at_s + o.stop_seconds) {
@@ -267,7 +271,7 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
     }
     const double silent =
         std::chrono::duration<double>(Clock::now().time_since_epoch() -
-                                      Clock::duration(last_progress.load()))
+                                      Clock::duration(progress.last_byte_ns.load()))
             .count();
     if (!trial.hang && started.load() > finished.load() && silent > o.hang_seconds) {
       trial.hang = true;
@@ -288,15 +292,10 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
   if (injected && plan.kind == "stop" && !resumed && target_pid > 0) ::kill(target_pid, SIGCONT);
 
   // Recovery: serving again after the fault. Not when the server's main process is gone
-  // (nothing serves any more). Else from the tokens of requests that completed (the
-  // tokens of a request that was then cut were not served); else, with no such token
-  // after the fault, /health going down and then ok again.
+  // (nothing serves any more). Else from the results (recovery_from_results); else
+  // /health going down and then ok again.
   if (injected && !trial.target.empty() && !server->exited()) {
-    std::vector<double> tokens;
-    for (const ChaosResult& r : trial.results) {
-      if (r.outcome == Outcome::kCompleted) tokens.insert(tokens.end(), r.token_times_s.begin(), r.token_times_s.end());
-    }
-    trial.recovery_s = recovery_from_tokens(tokens, trial.fault_at_s, o.min_outage_seconds);
+    trial.recovery_s = recovery_from_results(trial.results, trial.fault_at_s, o.min_outage_seconds);
     const double until = since(t0) + o.hang_seconds;
     while (!trial.recovery_s && !trial.hang && !server->exited() && since(t0) < until) {
       {

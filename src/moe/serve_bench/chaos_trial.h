@@ -1,14 +1,13 @@
 // One run of `moe bench chaos`'s workload against a freshly started server, with at most
 // one fault injected: start the server (its own process group), send the workload
-// (`concurrency` requests in flight), inject the fault at its time (or, when the
-// workload runs faster than the reference did, once its last requests are in flight),
+// (`concurrency` requests in flight), inject the fault at its point of the workload,
 // watch for hangs and recovery, then end every process the run started, whatever
 // happened. The fault-free reference run is the same with no fault.
 //
-// Recovery time: none while the server's main process is gone; else the end of the
-// longest silence after the fault in the tokens of requests that completed
-// (recovery_from_tokens); else, with no such token, /health failing and then answering
-// 200 again. Processes: every descendant of this process (make it a child subreaper so
+// Recovery time: none when the server's main process is gone; else from the results
+// (recovery_from_results: the end of the longest silence after the fault in the tokens
+// of completed requests, provided the last request to finish completed); else /health
+// failing and then answering 200 again. Processes: every descendant of this process (make it a child subreaper so
 // that orphans stay descendants) and every member of the server's process group.
 #pragma once
 
@@ -39,7 +38,10 @@ struct ChaosRunOptions {
 // front end (supervised only).
 struct FaultPlan {
   std::string kind = "none";         // none, kill, stop, corrupt
-  double at_s = 0;                   // seconds after the workload begins
+  // When: once this fraction of the workload's output (requests x max_tokens tokens)
+  // has been delivered (ChaosProgress::delivered_tokens), so that the fault falls at the
+  // same point of the workload however fast the machine runs it.
+  double at_fraction = 0.5;
   int target = 0;
   std::string corrupt_file;          // corrupt: the shard file to damage
   long corrupt_offset = 0;           // corrupt: the byte to flip (restored after the trial)

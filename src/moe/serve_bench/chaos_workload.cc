@@ -157,13 +157,13 @@ ChaosResult classify_exchange(const RawExchange& raw) {
 }
 
 ChaosResult send_chaos_request(const std::string& origin, const ChaosRequest& request, const std::string& model,
-                               double read_timeout_s, Clock::time_point t0, std::atomic<int64_t>* progress) {
+                               double read_timeout_s, Clock::time_point t0, ChaosProgress* progress) {
   RawExchange raw;
   raw.chat = request.chat;
   raw.stream = request.stream;
   raw.start_s = since(t0);
   auto touch = [&] {
-    if (progress != nullptr) progress->store(Clock::now().time_since_epoch().count());
+    if (progress != nullptr) progress->last_byte_ns.store(Clock::now().time_since_epoch().count());
   };
   try {
     httplib::Client cli(origin);
@@ -190,6 +190,7 @@ ChaosResult send_chaos_request(const std::string& origin, const ChaosRequest& re
         parser.feed(std::string_view(data, len), [&](std::string_view ev) {
           raw.events.emplace_back(ev);
           raw.event_times_s.push_back(t);
+          if (progress != nullptr) progress->delivered_tokens.fetch_add(1);
         });
       } else {
         raw.body.append(data, len);
@@ -212,7 +213,11 @@ ChaosResult send_chaos_request(const std::string& origin, const ChaosRequest& re
   }
   raw.end_s = since(t0);
   touch();
-  return classify_exchange(raw);
+  ChaosResult result = classify_exchange(raw);
+  if (progress != nullptr && !request.stream && result.outcome == Outcome::kCompleted) {
+    progress->delivered_tokens.fetch_add(request.max_tokens);
+  }
+  return result;
 }
 
 }  // namespace moe::serve_bench

@@ -72,10 +72,18 @@ struct RawExchange {
 // connection, a cut stream with no error, a 200 with an empty or truncated body).
 ChaosResult classify_exchange(const RawExchange& raw);
 
-// Sends `request` to `origin` ("http://host:port"). `progress` (steady-clock ns) is set
-// whenever bytes arrive; `read_timeout_s` bounds any silence. Never throws.
+// What the clients of a run have received so far, shared by them. Thread-safe.
+struct ChaosProgress {
+  std::atomic<int64_t> last_byte_ns{0};  // steady-clock time of the latest bytes received
+  // Output delivered, in tokens: one per SSE event of a streamed 200 response (about one
+  // token each), max_tokens per non-streamed 200 response when it completes.
+  std::atomic<int64_t> delivered_tokens{0};
+};
+
+// Sends `request` to `origin` ("http://host:port"), updating `progress` (may be null);
+// `read_timeout_s` bounds any silence. Never throws.
 ChaosResult send_chaos_request(const std::string& origin, const ChaosRequest& request, const std::string& model,
                                double read_timeout_s, std::chrono::steady_clock::time_point t0,
-                               std::atomic<int64_t>* progress);
+                               ChaosProgress* progress);
 
 }  // namespace moe::serve_bench
