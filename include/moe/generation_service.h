@@ -84,6 +84,10 @@ struct ServiceHealth {
   // "failed"     the engine failed and will not serve again (the process is exiting).
   std::string state = "ok";
   std::string detail{};  // why, when not ok (e.g. "step running for 12.5 s")
+  // Under the supervisor (src/moe/supervisor/): the pid of each rank (index = rank; -1
+  // where unknown) of the worker group serving now; empty otherwise (and while none is).
+  // For operators and the fault-injection harness (GET /health shows it).
+  std::vector<int64_t> worker_pids{};
   bool ok() const { return state == "ok"; }
 };
 

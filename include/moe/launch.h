@@ -28,15 +28,26 @@ class Communicator;  // src/moe/comm/communicator.h
 // PMI_SIZE set in the environment). Thread-safe; needs no MpiSession.
 bool launched_under_mpi();
 
+// Deadlines (seconds, > 0) of the MPI calls that have none of their own. Past one the
+// process prints "<call> did not return within S s; exiting" and ends with _exit(1), so
+// no rank stays blocked: MPI_Init_thread waits for every rank to start (a rank stopped
+// or dead at start-up), MPI_Finalize for every rank to finalise (a dead peer).
+// (mpi_abort() bounds MPI_Abort the same way, at 10 s.)
+struct MpiDeadlines {
+  double init_seconds = 60;
+  double finalize_seconds = 10;
+};
+
 // MPI for the lifetime of a command: start() initialises MPI when the process was
 // launched under mpirun (MPI_ERRORS_RETURN on the world communicator); the destructor
 // finalises it. Without mpirun both do nothing. Move-only; destroy it after every
-// communicator and engine that uses MPI. Errors from finalising are ignored.
+// communicator and engine that uses MPI. Errors from finalising are ignored. Both
+// calls run under `deadlines` (above).
 class MpiSession {
  public:
   // Internal (or FailedPrecondition if MPI was already finalised) when MPI cannot be
   // initialised; the message names MPI_Init_thread.
-  static StatusOr<MpiSession> start(int* argc, char*** argv);
+  static StatusOr<MpiSession> start(int* argc, char*** argv, const MpiDeadlines& deadlines = {});
   MpiSession(MpiSession&& other) noexcept;
   MpiSession& operator=(MpiSession&& other) noexcept;
   MpiSession(const MpiSession&) = delete;
@@ -47,8 +58,10 @@ class MpiSession {
   bool active() const { return active_; }
 
  private:
-  explicit MpiSession(bool active) : active_(active) {}
+  MpiSession(bool active, double finalize_seconds) : active_(active), finalize_seconds_(finalize_seconds) {}
+  void finalize();
   bool active_ = false;
+  double finalize_seconds_ = 10;
 };
 
 // How a command joins its expert-parallel (EP) group.
@@ -61,6 +74,10 @@ struct EpLaunchOptions {
   int ranks_per_node = 0;
   // The subcommand ("generate", "serve"), named in the hint to run under mpirun.
   std::string command = "generate";
+  // Deadline of every communication between the EP ranks (`--comm-timeout`, seconds):
+  // a peer that has not answered by then is failed (DeadlineExceeded). Finite, > 0;
+  // unused without EP. Rank 0 sends an idle heartbeat well within it (min(5, timeout/4)).
+  double comm_timeout_seconds = 60;
 };
 
 // The Engine of this process and, under mpirun, the communicator it runs on. The
@@ -81,7 +98,8 @@ struct LaunchedEngine {
 // ep > 1) it creates the MPI communicator over all ranks and sets options.comm to it;
 // it is then collective: every rank must call it. Needs an active MpiSession under
 // mpirun. Errors (InvalidArgument unless noted):
-//   - ep < 1 or ranks_per_node < 0: the message names --ep / --ranks-per-node;
+//   - ep < 1, ranks_per_node < 0 or comm_timeout_seconds not finite > 0: the message
+//     names --ep / --ranks-per-node / --comm-timeout;
 //   - ep > 1 without mpirun: "--ep N needs N processes: run it as mpirun -np N moe
 //     <command> --ep N ...";
 //   - mpirun started a different number of ranks than ep: "--ep N but mpirun started M

@@ -27,6 +27,9 @@ struct SchedulerOptions {
   // Under EP, while idle rank 0 tells the workers so this often (seconds), since they
   // wait for the next step with the communicator's timeout; must be well below it.
   double idle_heartbeat_seconds = 5.0;
+  // health() reports "stalled" while one step has been running longer than this
+  // (seconds; a stuck peer), well before the communicator's timeout fails it. > 0.
+  double liveness_timeout_seconds = 10.0;
 };
 
 class Scheduler final : public GenerationService {
@@ -47,6 +50,9 @@ class Scheduler final : public GenerationService {
   StatusOr<uint64_t> submit(SeqRequest request, SeqSink sink) override;
   void cancel(uint64_t id) override;
   ServiceSnapshot snapshot() const override;
+  // "failed" (detail: the error) once run() has failed; "stalled" while a step has run
+  // longer than liveness_timeout_seconds; else "ok" (shutting down is the front end's).
+  ServiceHealth health() const override;
   const ModelInfo& model_info() const override;
   int count_tokens(const std::string& text) const override;
 

@@ -156,5 +156,45 @@ TEST(SamplerTest, TopKIsAppliedBeforeTopP) {
   for (int i = 0; i < 2000; ++i) ASSERT_EQ(s.sample(logits.data(), 3), 0);
 }
 
+// skip(n) advances the random stream exactly as n sample() calls (whatever their
+// logits, top-k and top-p): the samples after it equal an uninterrupted sampler's.
+TEST(SamplerTest, SkipEqualsSampling) {
+  std::vector<float> a(40), b(40);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
+    b[i] = static_cast<float>(std::cos(1.3 * static_cast<double>(i)));
+  }
+  struct Params {
+    float temperature;
+    int top_k;
+    float top_p;
+  };
+  for (const Params p : {Params{0.9f, 0, 1.0f}, Params{1.5f, 5, 1.0f}, Params{0.7f, 0, 0.6f}, Params{0.0f, 0, 1.0f}}) {
+    for (int n : {0, 1, 7, 33}) {
+      Sampler full(p.temperature, p.top_k, p.top_p, 99);
+      for (int i = 0; i < n; ++i) (void)full.sample((i % 2 ? a : b).data(), static_cast<int>(a.size()));
+      Sampler resumed(p.temperature, p.top_k, p.top_p, 99);
+      resumed.skip(n);
+      std::vector<int> x, y;
+      for (int i = 0; i < 60; ++i) {
+        const float* l = (i % 3 ? a : b).data();
+        x.push_back(full.sample(l, static_cast<int>(a.size())));
+        y.push_back(resumed.sample(l, static_cast<int>(a.size())));
+      }
+      EXPECT_EQ(x, y) << "T " << p.temperature << " top_k " << p.top_k << " top_p " << p.top_p << " skip " << n;
+    }
+  }
+  // Skipping is not a no-op: skip(1) shifts the stream by one draw.
+  Sampler s0(1.0f, 0, 1.0f, 5), s1(1.0f, 0, 1.0f, 5);
+  s1.skip(1);
+  std::vector<int> x, y;
+  for (int i = 0; i < 60; ++i) {
+    x.push_back(s0.sample(a.data(), static_cast<int>(a.size())));
+    y.push_back(s1.sample(a.data(), static_cast<int>(a.size())));
+  }
+  EXPECT_NE(x, y);
+  EXPECT_EQ(std::vector<int>(x.begin() + 1, x.end()), std::vector<int>(y.begin(), y.end() - 1));
+}
+
 }  // namespace
 }  // namespace moe

@@ -9,6 +9,7 @@
 // starting with "FAIL" ends with "error" after one token. submit() answers like the
 // Scheduler: InvalidArgument when prompt + max_tokens exceeds `context`, Unavailable
 // after shutdown(); shutdown(grace) lets requests run for `grace`, then aborts them.
+// health() reports what set_health() set.
 #pragma once
 
 #include <atomic>
@@ -114,6 +115,15 @@ class FakeService final : public GenerationService {
     return s;
   }
   const ModelInfo& model_info() const override { return info_; }
+  // health() answers what set_health() last set (default "ok").
+  ServiceHealth health() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return health_;
+  }
+  void set_health(ServiceHealth h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    health_ = std::move(h);
+  }
   int count_tokens(const std::string& text) const override { return 1 + static_cast<int>(text.size()); }
 
   std::set<uint64_t> cancelled() const {
@@ -194,6 +204,7 @@ class FakeService final : public GenerationService {
   }
 
   ModelInfo info_;
+  ServiceHealth health_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::thread thread_;

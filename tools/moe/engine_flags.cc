@@ -1,8 +1,12 @@
 #include "engine_flags.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include <cstdio>
+
 #include "commands.h"
+#include "moe/comm/mpi_communicator.h"
 
 namespace moe::cli {
 
@@ -13,6 +17,11 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
   app.add_option("--ep", f->launch.ep, "Expert-parallel ranks (run under mpirun -np N)")->capture_default_str();
   app.add_option("--ranks-per-node", f->launch.ranks_per_node,
                  "Emulate nodes of K consecutive ranks (0 = real nodes from MPI)")->capture_default_str();
+  f->comm_timeout_option =
+      app.add_option("--comm-timeout", f->launch.comm_timeout_seconds,
+                     "Seconds an expert-parallel rank waits for a peer before declaring it failed (then the "
+                     "requests in flight end with an error and every rank exits); EP only")
+          ->capture_default_str();
   app.add_flag("--ep-overlap", f->options.ep_overlap, "Overlap all-to-all with expert compute (two micro-batches)");
   app.add_option("--a2a-dtype", f->a2a_dtype, "Dispatch/combine activation dtype: f32 (exact) or bf16 (half the bytes)")
       ->check(CLI::IsMember({"f32", "bf16"}))
@@ -59,6 +68,13 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (o.max_nodes_per_token < 0) {
     return "--max-nodes-per-token must be >= 0 (got " + std::to_string(o.max_nodes_per_token) + ")";
   }
+  if (!(f.launch.comm_timeout_seconds > 0 && std::isfinite(f.launch.comm_timeout_seconds))) {
+    return "--comm-timeout must be a finite number of seconds > 0 (got " + std::to_string(f.launch.comm_timeout_seconds) +
+           ")";
+  }
+  if (f.comm_timeout_given() && f.launch.ep == 1 && !launched_under_mpi()) {
+    return "--comm-timeout applies to expert parallelism (--ep > 1)";
+  }
   if (f.launch.ranks_per_node < 0) {
     return "--ranks-per-node must be >= 0 (got " + std::to_string(f.launch.ranks_per_node) + ")";
   }
@@ -83,6 +99,22 @@ std::string check_engine_flags(const EngineFlags& f) {
   }
   return "";
 }
+
+int fail_rank(int rank, const Status& status) {
+  const bool comm_failure =
+      status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded;
+  if (!launched_under_mpi()) return fail(status.message());
+  const std::string who = "rank " + std::to_string(rank) + ": ";
+  if (!comm_failure) return fail(who + status.message());
+  std::fprintf(stderr,
+               "error: %sthe expert-parallel group failed (%s); ending every rank of the job (MPI_Abort), since "
+               "no rank can finish without the lost peer\n",
+               who.c_str(), status.message().c_str());
+  std::fflush(stderr);
+  mpi_abort(1);
+}
+
+double EngineFlags::idle_heartbeat_seconds() const { return std::min(5.0, launch.comm_timeout_seconds / 4); }
 
 StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const std::string& command) {
   EngineOptions options = f.options;

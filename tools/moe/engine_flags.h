@@ -22,7 +22,11 @@ struct EngineFlags {
   std::string a2a_mode = "auto";   // auto | flat | hierarchical -> options.a2a_hierarchical
   double capacity_factor = 1.0;    // -> options.capacity_factor when --capacity-factor is given
   const CLI::Option* capacity_option = nullptr;  // set by add_engine_flags
+  const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
   bool capacity_given() const { return capacity_option != nullptr && capacity_option->count() > 0; }
+  bool comm_timeout_given() const { return comm_timeout_option != nullptr && comm_timeout_option->count() > 0; }
+  // The idle heartbeat rank 0 sends the EP workers: min(5, --comm-timeout / 4) seconds.
+  double idle_heartbeat_seconds() const;
 };
 
 // Registers the flags on `app` (values land in *f, which must outlive parsing).
@@ -31,6 +35,12 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
 
 // Checks the values; returns "" when fine, else a message naming the flag.
 std::string check_engine_flags(const EngineFlags& f);
+
+// A command's failure on EP rank `rank`: prints "error: [rank R: ]<message>" and
+// returns 1. A communication failure (Unavailable, DeadlineExceeded) under mpirun
+// leaves the group unusable and MPI_Finalize would wait for the lost peer forever, so
+// it says so and ends every rank of the job at once (mpi_abort(); never returns).
+int fail_rank(int rank, const Status& status);
 
 // The EngineOptions and EP launch the flags describe, opened with launch_engine()
 // (include/moe/launch.h; collective under mpirun). `command` ("generate", "serve") is

@@ -47,7 +47,7 @@ int run_generate(const GenerateFlags& f) {
   const int rank = opened.value().rank;
   if (rank != 0) {
     Status st = engine->run_worker();
-    if (!st.ok()) return fail("rank " + std::to_string(rank) + ": " + st.message());
+    if (!st.ok()) return fail_rank(rank, st);
     return 0;
   }
   // Rank 0 (or the only process) generates; workers are released when it returns.
@@ -82,8 +82,7 @@ int run_generate(const GenerateFlags& f) {
   auto result = engine->generate(req, stream);
   if (!result.ok()) {
     if (text_mode) std::fputs("\n", stdout);
-    std::string msg = result.status().message();
-    return fail(msg);
+    return fail_rank(rank, result.status());
   }
   const GenerateResult& r = result.value();
   if (f.engine.options.rebalance_every > 0) {

@@ -3,6 +3,8 @@
 // the main thread; under mpirun the other ranks join every step (Engine::run_worker).
 // SIGTERM / SIGINT: stop taking requests (/health 503), let those in flight finish for
 // up to --shutdown-grace seconds, then exit 0; a second signal aborts them at once.
+// --supervise (serve_supervise_cmd.cc) runs the engine in a worker group it restarts
+// after a failure; the worker group runs `moe serve --worker-endpoint DIR`.
 #include <signal.h>
 
 #include <cmath>
@@ -10,33 +12,17 @@
 
 #include "commands.h"
 #include "engine_flags.h"
+#include "moe/core/text_format.h"
+#include "moe/launch.h"
 #include "moe/scheduler.h"
 #include "moe/serve/chat_template.h"
 #include "moe/serve/http_server.h"
 #include "moe/serve/serve_loop.h"
+#include "serve_cmd.h"
 
 namespace moe::cli {
-namespace {
 
-struct ServeFlags {
-  EngineFlags engine;
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::vector<std::string> api_keys;
-  std::string served_model_name;
-  int max_num_seqs = 32;
-  int max_num_batched_tokens = 512;
-  int kv_block_size = 16;
-  int64_t kv_cache_tokens = 0;
-  int max_tokens_limit = 0;
-  int64_t max_body_bytes = 1 << 20;
-  double rate_limit_rps = 0;
-  double rate_limit_tpm = 0;
-  std::string chat_template;
-  double shutdown_grace = 30;
-};
-
-std::string check_flags(const ServeFlags& f) {
+std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (f.host.empty()) return "--host must not be empty";
   if (f.port < 0 || f.port > 65535) return "--port must be in [0, 65535] (got " + std::to_string(f.port) + ")";
   for (const std::string& key : f.api_keys) {
@@ -69,11 +55,48 @@ std::string check_flags(const ServeFlags& f) {
   if (!(f.shutdown_grace >= 0 && std::isfinite(f.shutdown_grace))) {
     return "--shutdown-grace must be a finite number of seconds >= 0 (got " + std::to_string(f.shutdown_grace) + ")";
   }
-  return check_engine_flags(f.engine);
+  if (!(f.liveness_timeout > 0 && std::isfinite(f.liveness_timeout))) {
+    return "--liveness-timeout must be a finite number of seconds > 0 (got " + std::to_string(f.liveness_timeout) + ")";
+  }
+  if (f.liveness_timeout >= f.engine.launch.comm_timeout_seconds) {
+    return "--liveness-timeout (" + format_g(f.liveness_timeout) + ") must be below --comm-timeout (" +
+           format_g(f.engine.launch.comm_timeout_seconds) + ")";
+  }
+  return check_engine ? check_engine_flags(f.engine) : "";
 }
 
-int run_serve(const ServeFlags& f) {
-  if (std::string bad = check_flags(f); !bad.empty()) return fail(bad);
+serve::ServerOptions server_options(const ServeFlags& f, const serve::ChatTemplate& chat_template) {
+  serve::ServerOptions o;
+  o.host = f.host;
+  o.port = f.port;
+  o.api_keys = f.api_keys;
+  o.served_model_name = f.served_model_name;
+  o.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
+  o.max_tokens_limit = f.max_tokens_limit;
+  o.rate_limits.requests_per_second = f.rate_limit_rps;
+  o.rate_limits.tokens_per_minute = f.rate_limit_tpm;
+  o.chat_template = chat_template;
+  return o;
+}
+
+SchedulerOptions scheduler_options(const ServeFlags& f) {
+  SchedulerOptions so;
+  so.max_num_seqs = f.max_num_seqs;
+  so.max_num_batched_tokens = f.max_num_batched_tokens;
+  so.kv_block_size = f.kv_block_size;
+  so.kv_cache_tokens = f.kv_cache_tokens;
+  so.idle_heartbeat_seconds = f.engine.idle_heartbeat_seconds();
+  so.liveness_timeout_seconds = f.liveness_timeout;
+  return so;
+}
+
+namespace {
+
+int run_serve(const ServeFlags& f, const CLI::App& app) {
+  if (std::string bad = check_supervise_flags(f); !bad.empty()) return fail(bad);
+  if (f.supervise) return run_supervised_serve(f, app);
+  if (!f.worker_endpoint.empty()) return run_worker_endpoint(f);
+  if (std::string bad = check_serve_flags(f, /*check_engine=*/true); !bad.empty()) return fail(bad);
   // An explicit --chat-template is checked before the (maybe long) model load.
   if (!f.chat_template.empty()) {
     auto t = serve::ChatTemplate::select(f.chat_template, "", "");
@@ -89,7 +112,7 @@ int run_serve(const ServeFlags& f) {
     ::signal(SIGTERM, SIG_IGN);
     ::signal(SIGINT, SIG_IGN);
     Status st = engine.run_worker();
-    if (!st.ok()) return fail("rank " + std::to_string(rank) + ": " + st.message());
+    if (!st.ok()) return fail_rank(rank, st);
     return 0;
   }
   struct StopWorkers {
@@ -105,25 +128,11 @@ int run_serve(const ServeFlags& f) {
   auto chat_template = serve::ChatTemplate::select(f.chat_template, info.model_dir, info.model_type);
   if (!chat_template.ok()) return fail("--chat-template: " + chat_template.status().message());
 
-  SchedulerOptions so;
-  so.max_num_seqs = f.max_num_seqs;
-  so.max_num_batched_tokens = f.max_num_batched_tokens;
-  so.kv_block_size = f.kv_block_size;
-  so.kv_cache_tokens = f.kv_cache_tokens;
-  auto scheduler_or = Scheduler::create(&engine, so);
+  auto scheduler_or = Scheduler::create(&engine, scheduler_options(f));
   if (!scheduler_or.ok()) return fail(scheduler_or.status().message());
   Scheduler& scheduler = *scheduler_or.value();
 
-  serve::ServerOptions o;
-  o.host = f.host;
-  o.port = f.port;
-  o.api_keys = f.api_keys;
-  o.served_model_name = f.served_model_name;
-  o.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
-  o.max_tokens_limit = f.max_tokens_limit;
-  o.rate_limits.requests_per_second = f.rate_limit_rps;
-  o.rate_limits.tokens_per_minute = f.rate_limit_tpm;
-  o.chat_template = chat_template.value();
+  const serve::ServerOptions o = server_options(f, chat_template.value());
   serve::HttpServer server(scheduler, o);
   serve::ServeLoopOptions loop;
   loop.shutdown_grace_seconds = f.shutdown_grace;
@@ -135,7 +144,8 @@ int run_serve(const ServeFlags& f) {
   const serve::ServeLoopResult result = serve::serve_until_shutdown(
       server, {[&] { return scheduler.run(); }, [&](double grace) { scheduler.shutdown(grace); }}, loop);
   if (!result.start.ok()) return fail("--host/--port: " + result.start.message());
-  if (!result.run.ok()) return fail("engine: " + result.run.message());
+  // The HTTP server has answered every request in flight (errors included) by now.
+  if (!result.run.ok()) return fail_rank(rank, result.run);
   std::fprintf(stderr, "stopped\n");
   return 0;
 }
@@ -174,7 +184,13 @@ RunFn add_serve_command(CLI::App& app) {
   app.add_option("--shutdown-grace", f->shutdown_grace,
                  "Seconds requests in flight may take to finish after SIGTERM/SIGINT")
       ->capture_default_str();
-  return [f] { return run_serve(*f); };
+  app.add_option("--liveness-timeout", f->liveness_timeout,
+                 "GET /health answers 503 \"stalled\" while an engine step has run longer than this (seconds; "
+                 "below --comm-timeout); with --supervise also how long the worker group may not answer "
+                 "before it is replaced")
+      ->capture_default_str();
+  add_supervise_flags(app, f.get());
+  return [f, &app] { return run_serve(*f, app); };
 }
 
 }  // namespace moe::cli

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "moe/comm/mpi_communicator.h"
+#include "moe/core/exit_deadline.h"
 
 namespace moe {
 namespace mpi_detail {
@@ -91,7 +92,10 @@ bool launched_under_mpi() {
 void mpi_abort(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
-  if (mpi_initialized() && !mpi_finalized()) MPI_Abort(MPI_COMM_WORLD, code);
+  if (mpi_initialized() && !mpi_finalized()) {
+    ExitDeadline guard("MPI_Abort", 10, code);  // never returns normally: MPI_Abort ends the process
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::_Exit(code);
 }
 

@@ -1,32 +1,46 @@
 // Process start-up under mpirun (include/moe/launch.h).
 #include "moe/launch.h"
 
+#include <cmath>
 #include <utility>
 
 #include "moe/comm/communicator.h"
 #include "moe/comm/mpi_communicator.h"
+#include "moe/core/exit_deadline.h"
 
 namespace moe {
 
-StatusOr<MpiSession> MpiSession::start(int* argc, char*** argv) {
-  if (!launched_under_mpi()) return MpiSession(false);
-  MOE_RETURN_IF_ERROR(mpi_init(argc, argv));
-  return MpiSession(true);
+StatusOr<MpiSession> MpiSession::start(int* argc, char*** argv, const MpiDeadlines& deadlines) {
+  if (!(deadlines.init_seconds > 0) || !(deadlines.finalize_seconds > 0)) {
+    return invalid_argument("MpiSession: the MPI_Init_thread and MPI_Finalize deadlines must be > 0");
+  }
+  if (!launched_under_mpi()) return MpiSession(false, deadlines.finalize_seconds);
+  {
+    ExitDeadline guard("MPI_Init_thread (waiting for every rank to start)", deadlines.init_seconds);
+    MOE_RETURN_IF_ERROR(mpi_init(argc, argv));
+  }
+  return MpiSession(true, deadlines.finalize_seconds);
 }
 
-MpiSession::MpiSession(MpiSession&& other) noexcept : active_(std::exchange(other.active_, false)) {}
+void MpiSession::finalize() {
+  if (!std::exchange(active_, false)) return;
+  ExitDeadline guard("MPI_Finalize (waiting for the other ranks)", finalize_seconds_);
+  (void)mpi_finalize();
+}
+
+MpiSession::MpiSession(MpiSession&& other) noexcept
+    : active_(std::exchange(other.active_, false)), finalize_seconds_(other.finalize_seconds_) {}
 
 MpiSession& MpiSession::operator=(MpiSession&& other) noexcept {
   if (this != &other) {
-    if (active_) (void)mpi_finalize();
+    finalize();
     active_ = std::exchange(other.active_, false);
+    finalize_seconds_ = other.finalize_seconds_;
   }
   return *this;
 }
 
-MpiSession::~MpiSession() {
-  if (active_) (void)mpi_finalize();
-}
+MpiSession::~MpiSession() { finalize(); }
 
 LaunchedEngine::LaunchedEngine() = default;
 LaunchedEngine::LaunchedEngine(LaunchedEngine&&) noexcept = default;
@@ -45,6 +59,10 @@ StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& lau
   if (launch.ranks_per_node < 0) {
     return invalid_argument("--ranks-per-node must be >= 0 (got " + std::to_string(launch.ranks_per_node) + ")");
   }
+  if (!(launch.comm_timeout_seconds > 0 && std::isfinite(launch.comm_timeout_seconds))) {
+    return invalid_argument("--comm-timeout must be a finite number of seconds > 0 (got " +
+                            std::to_string(launch.comm_timeout_seconds) + ")");
+  }
   if (launch.ep == 1 && !launched_under_mpi()) return std::unique_ptr<Communicator>();
   if (!launched_under_mpi()) {
     return invalid_argument("--ep " + n + " needs " + n + " processes: run it as mpirun -np " + n + " moe " +
@@ -52,6 +70,7 @@ StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& lau
   }
   MpiOptions mo;
   mo.ranks_per_node = launch.ranks_per_node;
+  mo.timeout_seconds = launch.comm_timeout_seconds;
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, make_mpi_communicator(mo));
   if (comm->size() != launch.ep) {
     return invalid_argument("--ep " + n + " but mpirun started " + std::to_string(comm->size()) +

@@ -50,14 +50,19 @@ int Sampler::sample(const float* logits, int vocab) {
   }
   double kept = 0;
   for (int i = 0; i < keep; ++i) kept += probs_[static_cast<size_t>(i)];
-  std::uniform_real_distribution<double> uni(0.0, kept);
-  const double r = uni(rng_);
+  // One raw 64-bit draw per call (skip() relies on it): its top 53 bits as a double
+  // in [0, 1), scaled to the kept mass.
+  const double r = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * kept;
   double acc = 0;
   for (int i = 0; i < keep; ++i) {
     acc += probs_[static_cast<size_t>(i)];
     if (r < acc) return order_[static_cast<size_t>(i)];
   }
   return order_[static_cast<size_t>(keep - 1)];
+}
+
+void Sampler::skip(int64_t n) {
+  if (temperature_ > 0.0f && n > 0) rng_.discard(static_cast<unsigned long long>(n));
 }
 
 }  // namespace moe

@@ -14,8 +14,15 @@ class Sampler {
   // engine before a Sampler is built.
   Sampler(float temperature, int top_k, float top_p, uint64_t seed);
 
-  // Picks a token from logits [vocab]. Greedy ties go to the lowest id.
+  // Picks a token from logits [vocab]. Greedy ties go to the lowest id. With
+  // temperature > 0 each call draws exactly one value from the random stream (none when
+  // greedy), whatever the logits, so skip() can replay it.
   int sample(const float* logits, int vocab);
+
+  // Advances the random stream exactly as `n` sample() calls would (a resumed request's
+  // already generated tokens: the next sample() then equals the uninterrupted run's).
+  // n >= 0.
+  void skip(int64_t n);
 
  private:
   float temperature_;

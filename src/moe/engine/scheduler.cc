@@ -1,8 +1,11 @@
 #include "moe/scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -29,6 +32,7 @@ struct Seq {
   SeqSink sink;
   std::vector<int> tokens;  // prompt + output
   int64_t prompt_len = 0;
+  int64_t prefill_len = 0;  // prompt + resumed tokens (SeqRequest.resume_token_ids): prefilled, then decodes
   int64_t cached = 0;       // tokens whose K/V are in the cache
   std::vector<int32_t> blocks;
   std::unique_ptr<Sampler> sampler;
@@ -84,12 +88,21 @@ struct Scheduler::State {
 
   mutable std::mutex snap_mu;
   ServiceSnapshot snap;
+  // For health(): when the running step began (now_seconds(); 0 = none running), and
+  // the error that ended run() (under snap_mu).
+  std::atomic<double> step_started{0};
+  std::string failure;
 
   // Final event (text cut at `cut` bytes of the continuation, for stop strings), frees
   // the blocks; the caller drops the sequence.
   void finish(Seq& s, const std::string& reason, const std::string& error = {}, size_t cut = std::string::npos);
   void emit(Seq& s, bool finished, const std::string& reason, size_t cut = std::string::npos);
+  // Bytes of s.text an event may carry by now (stop-string prefixes held back while running).
+  size_t sendable(const Seq& s, bool finished, size_t cut) const;
   void detokenize(Seq& s, bool flush);
+  // A resumed request: appends its resumed tokens as the uninterrupted run generated
+  // them, leaving the detokenizer and s.emitted where that run's events had left them.
+  Status prime_resumed(Seq& s);
   Status step();
   void publish();
 };
@@ -110,6 +123,10 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   }
   if (!(o.idle_heartbeat_seconds > 0)) {
     return invalid_argument("idle_heartbeat_seconds must be > 0 (got " + std::to_string(o.idle_heartbeat_seconds) + ")");
+  }
+  if (!(o.liveness_timeout_seconds > 0 && std::isfinite(o.liveness_timeout_seconds))) {
+    return invalid_argument("liveness_timeout_seconds must be a finite number > 0 (got " +
+                            std::to_string(o.liveness_timeout_seconds) + ")");
   }
   if (o.kv_cache_tokens < 0) {
     return invalid_argument("kv_cache_tokens must be >= 0 (got " + std::to_string(o.kv_cache_tokens) + ")");
@@ -175,6 +192,8 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   const uint64_t seed = req.sampling.seed ? *req.sampling.seed : std::random_device{}();
   seq->sampler = std::make_unique<Sampler>(req.sampling.temperature, req.sampling.top_k, req.sampling.top_p, seed);
   seq->req = std::move(req);
+  MOE_RETURN_IF_ERROR(st.prime_resumed(*seq));
+  seq->prefill_len = static_cast<int64_t>(seq->tokens.size());
   seq->sink = std::move(sink);
   uint64_t id;
   {
@@ -212,6 +231,31 @@ ServiceSnapshot Scheduler::snapshot() const {
   return state_->snap;
 }
 
+ServiceHealth Scheduler::health() const {
+  const State& st = *state_;
+  ServiceHealth h;
+  {
+    std::lock_guard<std::mutex> lock(st.snap_mu);
+    if (!st.failure.empty()) {
+      h.state = "failed";
+      h.detail = st.failure;
+      return h;
+    }
+  }
+  const double started = st.step_started.load();
+  if (started > 0) {
+    const double running = now_seconds() - started;
+    if (running > st.options.liveness_timeout_seconds) {
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), "an engine step has been running for %.1f s (liveness timeout %g s)", running,
+                    st.options.liveness_timeout_seconds);
+      h.state = "stalled";
+      h.detail = buf;
+    }
+  }
+  return h;
+}
+
 const ModelInfo& Scheduler::model_info() const { return *state_->core->info; }
 
 int Scheduler::count_tokens(const std::string& text) const {
@@ -238,13 +282,54 @@ void Scheduler::State::detokenize(Seq& s, bool flush) {
   }
 }
 
+size_t Scheduler::State::sendable(const Seq& s, bool finished, size_t cut) const {
+  const std::string& cont = s.text;
+  size_t stable = std::min(cont.size(), cut);
+  if (!finished) stable -= std::min(stable, stop_prefix_holdback(cont.substr(0, stable), s.emitted, s.req.stop));
+  return stable;
+}
+
+Status Scheduler::State::prime_resumed(Seq& s) {
+  const std::vector<int>& resumed = s.req.resume_token_ids;
+  if (resumed.empty()) return ok_status();
+  const int n = static_cast<int>(resumed.size());
+  if (n >= s.req.max_tokens) {
+    return invalid_argument("resume_token_ids has " + std::to_string(n) + " tokens, not fewer than max_tokens (" +
+                            std::to_string(s.req.max_tokens) + "): the request had already finished");
+  }
+  const int vocab = core->config->vocab_size;
+  for (int i = 0; i < n; ++i) {
+    const int t = resumed[static_cast<size_t>(i)];
+    const std::string where = "resume_token_ids[" + std::to_string(i) + "] = " + std::to_string(t);
+    if (t < 0 || t >= vocab) {
+      return invalid_argument(where + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+    if (!s.req.ignore_eos && core->config->is_eos(t)) {
+      return invalid_argument(where + " is an EOS token, which would have ended the request");
+    }
+    // The uninterrupted run: this token's step detokenized it and its event carried
+    // what was sendable then.
+    s.tokens.push_back(t);
+    detokenize(s, /*flush=*/false);
+    s.emitted = std::max(s.emitted, sendable(s, false, std::string::npos));
+    for (const std::string& stop : s.req.stop) {
+      if (s.text.find(stop) != std::string::npos) {
+        return invalid_argument(where + " completes the stop string \"" + stop +
+                                "\", which would have ended the request");
+      }
+    }
+  }
+  s.tokens_sent = resumed.size();
+  s.sampler->skip(n);
+  return ok_status();
+}
+
 // Sends what the sequence has produced since the last event; while running, a possible
 // start of a stop string is held back.
 void Scheduler::State::emit(Seq& s, bool finished, const std::string& reason, size_t cut) {
   if (finished) detokenize(s, /*flush=*/true);
   const std::string& cont = s.text;
-  size_t stable = std::min(cont.size(), cut);
-  if (!finished) stable -= std::min(stable, stop_prefix_holdback(cont.substr(0, stable), s.emitted, s.req.stop));
+  const size_t stable = sendable(s, finished, cut);
   SeqEvent ev;
   if (stable > s.emitted) ev.text = cont.substr(s.emitted, stable - s.emitted);
   s.emitted = std::max(s.emitted, stable);
@@ -284,15 +369,15 @@ Status Scheduler::State::step() {
   std::vector<Seq*> seg_seq;
   int64_t used = 0;
   for (auto& s : running) {  // decodes
-    if (s->cached < s->prompt_len) continue;
+    if (s->cached < s->prefill_len) continue;
     segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr});
     seg_seq.push_back(s.get());
     ++used;
   }
   int64_t prompt_tokens = 0;
   for (auto& s : running) {  // prompt chunks
-    if (s->cached >= s->prompt_len || used >= budget) continue;
-    const int64_t n = std::min(s->prompt_len - s->cached, budget - used);
+    if (s->cached >= s->prefill_len || used >= budget) continue;
+    const int64_t n = std::min(s->prefill_len - s->cached, budget - used);
     segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr});
     seg_seq.push_back(s.get());
     used += n;
@@ -321,7 +406,7 @@ Status Scheduler::State::step() {
   for (auto& sp : running) {
     Seq& s = *sp;
     const int64_t out = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-    if (out == 0) continue;
+    if (static_cast<int64_t>(s.tokens.size()) <= s.prefill_len) continue;  // still prefilling
     if (!s.req.ignore_eos && core->config->is_eos(s.tokens.back())) {
       finish(s, "stop");
       continue;
@@ -418,12 +503,17 @@ Status Scheduler::run() {
       }
       // Under EP the idle workers hear from rank 0 within the heartbeat period.
       result = session.heartbeat_if_idle(st.options.idle_heartbeat_seconds);
-      if (!result.ok()) break;
+      if (!result.ok()) {
+        MOE_LOG_ERROR("scheduler: idle heartbeat to the EP workers failed: {}", result.message());
+        break;
+      }
       continue;
     }
+    st.step_started = now_seconds();
     result = st.step();
     st.publish();
     if (result.ok()) result = session.after_step();  // live rebalancing every N steps
+    st.step_started = 0;
     if (!result.ok()) {
       MOE_LOG_ERROR("scheduler: engine step failed, failing {} requests: {}", st.running.size() + st.waiting.size(),
                     result.message());
@@ -431,6 +521,10 @@ Status Scheduler::run() {
     }
   }
   if (!result.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(st.snap_mu);
+      st.failure = result.message().empty() ? "engine failure" : result.message();
+    }
     for (auto& s : st.running) st.finish(*s, "error", result.message());
     for (auto& s : st.waiting) st.finish(*s, "error", result.message());
     st.running.clear();

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/core/logging.h"
+#include "moe/serve/client_socket.h"
 #include "moe/serve/event_channel.h"
 #include "moe/serve/openai_protocol.h"
 #include "moe/serve/response_stream.h"
@@ -144,6 +145,7 @@ struct HttpServer::Impl {
   void install_routes();
   std::optional<ApiError> check_auth(const httplib::Request& req) const;
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void answer_when_done(PendingResponse& p, const httplib::Request& req, httplib::Response& res);
   bool pump(PendingResponse& p, httplib::DataSink& sink);
   void release(PendingResponse& p);
   void add_active(uint64_t id, const std::shared_ptr<EventChannel>& channel);
@@ -232,14 +234,38 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
   ResponseMeta meta{make_response_id(chat ? "chatcmpl-" : "cmpl-"), unix_seconds(), limits.served_model_name};
   auto pending = std::make_shared<PendingResponse>(
       id, channel, ResponseStream(endpoint, r.stream, r.include_usage, std::move(meta), &metrics, arrival));
-  if (r.stream) {
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-  }
+  if (!r.stream) return answer_when_done(*pending, req, res);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       r.stream ? "text/event-stream" : kJson,
       [this, pending](size_t, httplib::DataSink& sink) { return pump(*pending, sink); },
       [this, pending](bool) { release(*pending); });
+}
+
+// A non-streamed request: waits here for its final event, so that the status (200, or
+// 503 for an engine error) is decided at the end. Meanwhile the client's socket is
+// probed every poll interval: one that went away gets its request cancelled.
+void HttpServer::Impl::answer_when_done(PendingResponse& p, const httplib::Request& req, httplib::Response& res) {
+  const int fd = find_client_socket(req.remote_addr, req.remote_port, req.local_port);
+  std::string body;
+  while (!p.body.finished()) {
+    p.events.clear();
+    const bool open = p.channel->wait_pop(&p.events, std::chrono::milliseconds(options.client_poll_ms));
+    if (!p.events.empty()) {
+      body += p.body.on_events(p.events);
+    } else if (!open) {
+      body += p.body.on_closed();
+    }
+    if (!p.body.finished() && fd >= 0 && !client_connected(fd)) {
+      release(p);  // cancels the request
+      res.status = 499;  // never seen: the client is gone (nginx's "client closed request")
+      return;
+    }
+  }
+  release(p);
+  res.status = p.body.http_status();
+  res.set_content(body, kJson);
 }
 
 // One call of httplib's content-provider loop: waits up to client_poll_ms for events,
@@ -260,14 +286,13 @@ bool HttpServer::Impl::pump(PendingResponse& p, httplib::DataSink& sink) {
       out = p.body.on_closed();
     }
   }
-  // A non-streamed response writes nothing until the end, and events may keep coming:
+  // A stream may write nothing for a while (a request waiting for room, a long prompt):
   // check the client every poll interval whatever happens.
   const Clock::time_point now = Clock::now();
   if (!p.body.finished() && now - p.last_client_check >= std::chrono::milliseconds(options.client_poll_ms)) {
     p.last_client_check = now;
     if (!sink.is_writable()) return false;  // the client went away; release() cancels the request
   }
-  if (p.body.failed()) return false;
   if (!out.empty() && !sink.write(out.data(), out.size())) return false;
   if (p.body.finished()) sink.done();
   return true;
@@ -303,12 +328,19 @@ void HttpServer::Impl::install_routes() {
     res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
   });
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining) {
-      res.status = 503;
-      res.set_content(R"({"status":"shutting_down"})", kJson);
+    // The engine's state first (a failed engine is reported as such while draining).
+    const ServiceHealth h = service.health();
+    nlohmann::json body;
+    if (!h.ok()) {
+      body["status"] = h.state;
+      if (!h.detail.empty()) body["detail"] = h.detail;
     } else {
-      res.set_content(R"({"status":"ok"})", kJson);
+      body["status"] = draining ? "shutting_down" : "ok";
     }
+    // Under the supervisor: the pid of each worker rank (for operators and chaos tests).
+    if (!h.worker_pids.empty()) body["worker_pids"] = h.worker_pids;
+    res.status = body["status"] == "ok" ? 200 : 503;
+    res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.render(service.snapshot()), "text/plain; version=0.0.4; charset=utf-8");

@@ -3,7 +3,12 @@
 // Routes:
 //   POST /v1/completions, POST /v1/chat/completions   generation, also streamed (SSE)
 //   GET  /v1/models                                    the served model
-//   GET  /health                                       200 {"status":"ok"}; 503 once draining
+//   GET  /health                                       200 {"status":"ok"}; else 503 with
+//                                                      {"status": "shutting_down" (draining),
+//                                                      or GenerationService::health()'s state
+//                                                      ("stalled", "failed", "recovering") and
+//                                                      "detail"}; under the supervisor also
+//                                                      "worker_pids": [pid of rank 0, ...]
 //   GET  /metrics                                      Prometheus text format (no auth)
 // Other paths: 404; another method on a known path: 405 with Allow. Errors are OpenAI
 // error JSON (openai_protocol.h). With api_keys, /v1/* needs "Authorization: Bearer
@@ -14,13 +19,14 @@
 //
 // Responses are written as the request's events arrive (a per-request EventChannel fed
 // by the SeqSink, which never blocks). Streamed: SSE chunks, then "data: [DONE]".
-// Non-streamed: the JSON object is also sent through a chunked response that starts
-// when the request is accepted, so that while the request waits and runs the worker can
-// check its client every poll interval; a client that went away (for either kind) gets
-// its request cancelled (GenerationService::cancel). As the status line is sent first,
-// a non-streamed request that ends in an engine error ("error") is answered by closing
-// the connection before the body is complete; one aborted by shutdown gets its partial
-// text with finish_reason "abort". A streamed one gets an error event, then [DONE].
+// Non-streamed: the worker waits for the final event and then answers, so the status
+// is decided at the end: 200 with the JSON object, or 503 with an OpenAI error JSON when
+// the request ended in an engine error ("error") or the server stopped first; one
+// aborted by shutdown gets its partial text with finish_reason "abort". Meanwhile the
+// worker probes the client's socket every poll interval (client_socket.h). A client
+// that went away (for either kind) gets its request cancelled
+// (GenerationService::cancel). A streamed request that fails gets an SSE error event
+// (type service_unavailable), then [DONE].
 //
 // Connections are served by a thread pool that grows on demand (thread_pool.h), so
 // idle keep-alive connections do not starve others; idle connections close after

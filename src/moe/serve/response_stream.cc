@@ -51,10 +51,24 @@ std::string ResponseStream::on_events(std::vector<TimedEvent>& events) {
 
 std::string ResponseStream::error_event(const std::string& message) const {
   ApiError e;
-  e.http_status = 500;
-  e.type = "internal_server_error";
+  e.http_status = 503;
+  e.type = error_type_for_status(503);
   e.message = message;
   return sse_event(error_json(e));
+}
+
+std::string ResponseStream::fail(const std::string& message) {
+  if (stream_) {
+    std::string out = error_event(message);
+    out += kSseDone;
+    return out;
+  }
+  http_status_ = 503;
+  ApiError e;
+  e.http_status = 503;
+  e.type = error_type_for_status(503);
+  e.message = message;
+  return error_json(e);
 }
 
 std::string ResponseStream::finish(const SeqEvent& last) {
@@ -63,13 +77,7 @@ std::string ResponseStream::finish(const SeqEvent& last) {
   if (metrics_) metrics_->count_finished(last.finish_reason);
   const Usage usage{last.prompt_tokens, last.completion_tokens};
   if (last.finish_reason == "error") {
-    if (!stream_) {
-      failed_ = true;
-      return "";
-    }
-    std::string out = error_event("generation failed: " + (last.error.empty() ? "engine error" : last.error));
-    out += kSseDone;
-    return out;
+    return fail("generation failed: " + (last.error.empty() ? "engine error" : last.error));
   }
   if (!stream_) {
     return endpoint_ == Endpoint::kCompletions ? completion_json(meta_, text_, last.finish_reason, usage)
@@ -88,13 +96,7 @@ std::string ResponseStream::on_closed() {
   finished_ = true;
   finish_reason_ = "abort";
   if (metrics_) metrics_->count_finished("abort");
-  if (!stream_) {
-    failed_ = true;
-    return "";
-  }
-  std::string out = error_event("the server stopped before the request finished");
-  out += kSseDone;
-  return out;
+  return fail("the server stopped before the request finished");
 }
 
 }  // namespace moe::serve

@@ -30,18 +30,21 @@ class ResponseStream {
   // are ignored.
   std::string on_events(std::vector<TimedEvent>& events);
   // The channel closed before the final event (the server is stopping): streamed, an
-  // error event and [DONE]; non-streamed, nothing and failed() becomes true.
+  // error event and [DONE]; non-streamed, a 503 error JSON (http_status()).
   std::string on_closed();
 
   bool finished() const { return finished_; }
-  // Non-streamed only: the request ended in an error after the status line was sent,
-  // so the body cannot be completed (the connection should be closed).
-  bool failed() const { return failed_; }
+  // Non-streamed only, once finished: the response's HTTP status: 200, or 503 when the
+  // request ended in an engine error ("error") or the server stopped first (the body is
+  // then an OpenAI error JSON; the client may retry).
+  int http_status() const { return http_status_; }
   const std::string& finish_reason() const { return finish_reason_; }
 
  private:
   std::string finish(const SeqEvent& last);
   std::string error_event(const std::string& message) const;
+  // Streamed: an SSE error event and [DONE]; non-streamed: a 503 error JSON.
+  std::string fail(const std::string& message);
 
   const Endpoint endpoint_;
   const bool stream_, include_usage_;
@@ -50,7 +53,8 @@ class ResponseStream {
   const std::chrono::steady_clock::time_point arrival_;
   std::chrono::steady_clock::time_point last_token_at_{};
   bool got_token_ = false;
-  bool finished_ = false, failed_ = false;
+  bool finished_ = false;
+  int http_status_ = 200;
   std::string text_;  // non-streamed: the whole output so far
   std::string finish_reason_;
 };

@@ -8,6 +8,7 @@ const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 
                                           0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 const std::vector<double> kItlBuckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
                                          0.3,   0.4,   0.5,  0.75,  1.0,  2.5,   5.0, 7.5,  10.0};
+const std::vector<double> kRecoveryBuckets = {0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0};
 const std::vector<double> kE2eBuckets = {0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                                          50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
 
@@ -34,6 +35,12 @@ ServerMetrics::ServerMetrics() {
   registry_.gauge("moe:kv_cache_blocks_total", "KV-cache blocks in the pool.");
   registry_.gauge("moe:kv_cache_blocks_used", "KV-cache blocks in use.");
   registry_.counter("moe:engine_steps_total", "Engine steps run.");
+  // The supervisor (moe serve --supervise); zero otherwise.
+  registry_.counter("moe:worker_failures_total", "Times the worker group was declared failed (supervisor).");
+  registry_.counter("moe:recoveries_total", "Times a relaunched worker group took over (supervisor).");
+  registry_.counter("moe:replayed_requests_total", "Requests resubmitted to a relaunched worker group (supervisor).");
+  recovery_ = &registry_.histogram("moe:recovery_seconds",
+                                   "Time from a worker group failure to serving again (supervisor).", kRecoveryBuckets);
 }
 
 void ServerMetrics::count_http(const std::string& endpoint, int status) {
@@ -54,6 +61,16 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
   registry_.gauge("moe:kv_cache_blocks_total", "").set(static_cast<double>(s.kv_blocks_total));
   registry_.gauge("moe:kv_cache_blocks_used", "").set(static_cast<double>(s.kv_blocks_used));
   registry_.counter("moe:engine_steps_total", "").set(static_cast<double>(s.steps));
+  registry_.counter("moe:worker_failures_total", "").set(static_cast<double>(s.worker_failures));
+  registry_.counter("moe:recoveries_total", "").set(static_cast<double>(s.recoveries));
+  registry_.counter("moe:replayed_requests_total", "").set(static_cast<double>(s.replayed_requests));
+  {
+    // The snapshot lists every recovery so far: observe the ones not seen yet.
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    for (; recoveries_observed_ < s.recovery_seconds.size(); ++recoveries_observed_) {
+      recovery_->observe(s.recovery_seconds[recoveries_observed_]);
+    }
+  }
   for (size_t i = 0; i < s.expert_tokens.size() && i < s.moe_layers.size(); ++i) {
     for (size_t e = 0; e < s.expert_tokens[i].size(); ++e) {
       registry_

@@ -11,9 +11,14 @@
 //   moe:kv_cache_blocks_total / moe:kv_cache_blocks_used  gauges
 //   moe:engine_steps_total                                counter
 //   moe:expert_routed_tokens_total{layer,expert}          counter, routed assignments
+//   moe:worker_failures_total / moe:recoveries_total /     counters of the supervisor
+//   moe:replayed_requests_total                            (`moe serve --supervise`; 0 otherwise)
+//   moe:recovery_seconds                                  histogram, worker failure -> serving again
 // Thread-safe.
 #pragma once
 
+#include <cstddef>
+#include <mutex>
 #include <string>
 
 #include "moe/generation_service.h"
@@ -38,6 +43,9 @@ class ServerMetrics {
   Histogram* ttft_;
   Histogram* itl_;
   Histogram* e2e_;
+  Histogram* recovery_;
+  std::mutex recovery_mu_;
+  size_t recoveries_observed_ = 0;  // entries of ServiceSnapshot::recovery_seconds observed
 };
 
 }  // namespace moe::serve

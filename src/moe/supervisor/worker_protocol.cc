@@ -1,0 +1,254 @@
+#include "moe/supervisor/worker_protocol.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "moe/core/atomic_file.h"
+
+namespace moe::supervisor {
+namespace {
+
+using nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+StatusOr<json> parse_object(const std::string& text, const char* what) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument(std::string("malformed ") + what + ": not a JSON object");
+  return j;
+}
+
+// Reads j[key] into *out when present; InvalidArgument naming `what.key` on a type error.
+template <typename T>
+Status get(const json& j, const char* key, T* out, const char* what) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok_status();
+  try {
+    *out = it->get<T>();
+  } catch (const json::exception& e) {
+    return invalid_argument(std::string("malformed ") + what + ": field '" + key + "': " + e.what());
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::string encode_request(const SeqRequest& r) {
+  json j = {{"prompt", r.prompt},
+            {"prompt_token_ids", r.prompt_token_ids},
+            {"max_tokens", r.max_tokens},
+            {"temperature", r.sampling.temperature},
+            {"top_k", r.sampling.top_k},
+            {"top_p", r.sampling.top_p},
+            {"stop", r.stop},
+            {"ignore_eos", r.ignore_eos},
+            {"resume_token_ids", r.resume_token_ids}};
+  if (r.sampling.seed) j["seed"] = *r.sampling.seed;
+  return dump(j);
+}
+
+StatusOr<SeqRequest> decode_request(const std::string& text) {
+  constexpr const char* kWhat = "request";
+  MOE_ASSIGN_OR_RETURN(json j, parse_object(text, kWhat));
+  SeqRequest r;
+  MOE_RETURN_IF_ERROR(get(j, "prompt", &r.prompt, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "prompt_token_ids", &r.prompt_token_ids, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "max_tokens", &r.max_tokens, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "temperature", &r.sampling.temperature, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "top_k", &r.sampling.top_k, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "top_p", &r.sampling.top_p, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "stop", &r.stop, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "ignore_eos", &r.ignore_eos, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "resume_token_ids", &r.resume_token_ids, kWhat));
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    uint64_t seed = 0;
+    MOE_RETURN_IF_ERROR(get(j, "seed", &seed, kWhat));
+    r.sampling.seed = seed;
+  }
+  return r;
+}
+
+std::string encode_event(const SeqEvent& e) {
+  json j = {{"text", e.text},
+            {"token_ids", e.token_ids},
+            {"finished", e.finished},
+            {"prompt_tokens", e.prompt_tokens},
+            {"completion_tokens", e.completion_tokens}};
+  if (e.finished) j["finish_reason"] = e.finish_reason;
+  if (!e.error.empty()) j["error"] = e.error;
+  return dump(j);
+}
+
+StatusOr<SeqEvent> decode_event(const std::string& text) {
+  constexpr const char* kWhat = "event";
+  MOE_ASSIGN_OR_RETURN(json j, parse_object(text, kWhat));
+  SeqEvent e;
+  MOE_RETURN_IF_ERROR(get(j, "text", &e.text, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "token_ids", &e.token_ids, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "finished", &e.finished, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "finish_reason", &e.finish_reason, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "error", &e.error, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "prompt_tokens", &e.prompt_tokens, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "completion_tokens", &e.completion_tokens, kWhat));
+  if (e.finished && e.finish_reason.empty()) return invalid_argument("malformed event: finished without finish_reason");
+  return e;
+}
+
+std::string encode_model_info(const ModelInfo& m) {
+  return dump({{"model_dir", m.model_dir},
+               {"model_type", m.model_type},
+               {"vocab_size", m.vocab_size},
+               {"hidden_size", m.hidden_size},
+               {"num_layers", m.num_layers},
+               {"num_experts", m.num_experts},
+               {"top_k", m.top_k},
+               {"num_moe_layers", m.num_moe_layers},
+               {"max_context", m.max_context},
+               {"num_parameters", m.num_parameters},
+               {"num_active_parameters", m.num_active_parameters},
+               {"weight_bytes", m.weight_bytes},
+               {"decode_bytes_per_token", m.decode_bytes_per_token}});
+}
+
+StatusOr<ModelInfo> decode_model_info(const std::string& text) {
+  constexpr const char* kWhat = "model info";
+  MOE_ASSIGN_OR_RETURN(json j, parse_object(text, kWhat));
+  ModelInfo m;
+  MOE_RETURN_IF_ERROR(get(j, "model_dir", &m.model_dir, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "model_type", &m.model_type, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "vocab_size", &m.vocab_size, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "hidden_size", &m.hidden_size, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "num_layers", &m.num_layers, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "num_experts", &m.num_experts, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "top_k", &m.top_k, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "num_moe_layers", &m.num_moe_layers, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "max_context", &m.max_context, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "num_parameters", &m.num_parameters, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "num_active_parameters", &m.num_active_parameters, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "weight_bytes", &m.weight_bytes, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "decode_bytes_per_token", &m.decode_bytes_per_token, kWhat));
+  if (m.max_context <= 0) return invalid_argument("malformed model info: max_context must be > 0");
+  return m;
+}
+
+std::string encode_snapshot(const ServiceSnapshot& s) {
+  return dump({{"running", s.running},
+               {"waiting", s.waiting},
+               {"kv_blocks_total", s.kv_blocks_total},
+               {"kv_blocks_used", s.kv_blocks_used},
+               {"kv_block_size", s.kv_block_size},
+               {"steps", s.steps},
+               {"prompt_tokens_total", s.prompt_tokens_total},
+               {"generation_tokens_total", s.generation_tokens_total},
+               {"requests_finished", s.requests_finished},
+               {"moe_layers", s.moe_layers},
+               {"expert_tokens", s.expert_tokens},
+               {"worker_failures", s.worker_failures},
+               {"recoveries", s.recoveries},
+               {"replayed_requests", s.replayed_requests},
+               {"recovery_seconds", s.recovery_seconds}});
+}
+
+StatusOr<ServiceSnapshot> decode_snapshot(const std::string& text) {
+  constexpr const char* kWhat = "snapshot";
+  MOE_ASSIGN_OR_RETURN(json j, parse_object(text, kWhat));
+  ServiceSnapshot s;
+  MOE_RETURN_IF_ERROR(get(j, "running", &s.running, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "waiting", &s.waiting, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_blocks_total", &s.kv_blocks_total, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_blocks_used", &s.kv_blocks_used, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_block_size", &s.kv_block_size, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "steps", &s.steps, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "prompt_tokens_total", &s.prompt_tokens_total, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "generation_tokens_total", &s.generation_tokens_total, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "requests_finished", &s.requests_finished, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "moe_layers", &s.moe_layers, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "expert_tokens", &s.expert_tokens, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "worker_failures", &s.worker_failures, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "recoveries", &s.recoveries, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "replayed_requests", &s.replayed_requests, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "recovery_seconds", &s.recovery_seconds, kWhat));
+  return s;
+}
+
+std::string encode_health(const ServiceHealth& h) {
+  json j = {{"state", h.state}, {"detail", h.detail}};
+  if (!h.worker_pids.empty()) j["worker_pids"] = h.worker_pids;
+  return dump(j);
+}
+
+StatusOr<ServiceHealth> decode_health(const std::string& text) {
+  constexpr const char* kWhat = "health";
+  MOE_ASSIGN_OR_RETURN(json j, parse_object(text, kWhat));
+  ServiceHealth h;
+  h.state.clear();
+  MOE_RETURN_IF_ERROR(get(j, "state", &h.state, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "detail", &h.detail, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "worker_pids", &h.worker_pids, kWhat));
+  if (h.state.empty()) return invalid_argument("malformed health: no 'state'");
+  return h;
+}
+
+std::string encode_submit_reply(const StatusOr<uint64_t>& reply) {
+  if (reply.ok()) return dump({{"accepted", reply.value()}});
+  return dump({{"rejected",
+                {{"code", static_cast<int>(reply.status().code())}, {"message", reply.status().message()}}}});
+}
+
+StatusOr<StatusOr<uint64_t>> decode_submit_reply(const std::string& text) {
+  constexpr const char* kWhat = "submit reply";
+  MOE_ASSIGN_OR_RETURN(json j, parse_object(text, kWhat));
+  if (j.contains("accepted")) {
+    uint64_t id = 0;
+    MOE_RETURN_IF_ERROR(get(j, "accepted", &id, kWhat));
+    return StatusOr<uint64_t>(id);
+  }
+  if (j.contains("rejected") && j["rejected"].is_object()) {
+    int code = 0;
+    std::string message;
+    MOE_RETURN_IF_ERROR(get(j["rejected"], "code", &code, kWhat));
+    MOE_RETURN_IF_ERROR(get(j["rejected"], "message", &message, kWhat));
+    if (code <= 0 || code > static_cast<int>(StatusCode::kDeadlineExceeded)) {
+      return invalid_argument("malformed submit reply: unknown status code " + std::to_string(code));
+    }
+    return StatusOr<uint64_t>(Status(static_cast<StatusCode>(code), message));
+  }
+  return invalid_argument("malformed submit reply: neither 'accepted' nor 'rejected'");
+}
+
+Status publish_endpoint(const std::string& dir, int port, int64_t pid) {
+  return write_file_atomically(dir + "/endpoint.json", dump({{"port", port}, {"pid", pid}}));
+}
+
+Status publish_rank_pid(const std::string& dir, int rank, int64_t pid) {
+  return write_file_atomically(dir + "/rank-" + std::to_string(rank) + ".pid", std::to_string(pid) + "\n");
+}
+
+StatusOr<int> read_endpoint_port(const std::string& dir) {
+  const std::string path = dir + "/endpoint.json";
+  std::ifstream in(path);
+  if (!in) return not_found(path + " does not exist (yet)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j = json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("port") || !j["port"].is_number_integer()) {
+    return data_loss(path + ": malformed (expected {\"port\":P,...})");
+  }
+  const int port = j["port"].get<int>();
+  if (port <= 0 || port > 65535) return data_loss(path + ": port " + std::to_string(port) + " out of range");
+  return port;
+}
+
+std::vector<int64_t> read_rank_pids(const std::string& dir, int num_ranks) {
+  std::vector<int64_t> pids(static_cast<size_t>(std::max(0, num_ranks)), -1);
+  for (int r = 0; r < num_ranks; ++r) {
+    std::ifstream in(dir + "/rank-" + std::to_string(r) + ".pid");
+    int64_t pid = -1;
+    if (in >> pid && pid > 0) pids[static_cast<size_t>(r)] = pid;
+  }
+  return pids;
+}
+
+}  // namespace moe::supervisor

@@ -1,0 +1,81 @@
+// `moe serve --supervise --ep 2`: the worker group runs under mpirun. kill -9 of rank 1,
+// then of rank 0, mid-stream: each time the supervisor replaces the whole group and the
+// streamed text equals the fault-free run's (greedy and seeded). --supervise itself
+// under mpirun is refused.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "serve_process.h"
+#include "supervise_stream.h"
+
+namespace moe {
+namespace {
+
+using nlohmann::json;
+using testing::ServeProcess;
+
+json request(const std::string& prompt, int max_tokens, double temperature, int seed = -1) {
+  json b = {{"model", "tiny-mixtral-shakespeare"}, {"prompt", prompt}, {"max_tokens", max_tokens},
+            {"temperature", temperature}, {"ignore_eos", true}};
+  if (seed >= 0) b["seed"] = seed;
+  return b;
+}
+
+TEST(SuperviseMpirun, KillingRank1ThenRank0MidStreamLosesNothing) {
+  ServeProcess server({"--supervise", "--ep", "2", "--threads", "1", "--mpirun-arg=--allow-run-as-root",
+                       "--mpirun-arg=--oversubscribe", "--liveness-timeout", "2", "--recovery-timeout", "60",
+                       "--startup-timeout", "60"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  const int port = server.port();
+  const json greedy = request("ROMEO:\nWhat light", 300, 0);
+  const json seeded = request("JULIET:\nO Romeo", 300, 0.8, 11);
+  const testing::SupervisedStream greedy_ref = testing::stream_request(port, greedy);
+  const testing::SupervisedStream seeded_ref = testing::stream_request(port, seeded);
+  ASSERT_EQ(greedy_ref.finish_reason, "length") << server.log();
+  ASSERT_EQ(seeded_ref.finish_reason, "length") << server.log();
+
+  for (int victim : {1, 0}) {
+    SCOPED_TRACE("kill -9 of rank " + std::to_string(victim));
+    const std::vector<int64_t> pids = testing::worker_pids(port);
+    ASSERT_EQ(pids.size(), 2u) << testing::health_json(port).dump();
+    ASSERT_GT(pids[victim], 0);
+    const double failures = testing::metric_value(port, "moe:worker_failures_total");
+    std::atomic<bool> seeded_started{false};
+    auto seeded_run = std::async(std::launch::async, [&] {
+      return testing::stream_request(port, seeded, [&] { seeded_started = true; });
+    });
+    for (int i = 0; i < 3000 && !seeded_started; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(seeded_started.load());
+    const testing::SupervisedStream g = testing::stream_request(
+        port, greedy, [&] { ::kill(static_cast<pid_t>(pids[victim]), SIGKILL); });
+    const testing::SupervisedStream s = seeded_run.get();
+    for (const auto* r : {&g, &s}) {
+      EXPECT_EQ(r->status, 200);
+      EXPECT_EQ(r->error, "") << server.log();
+      EXPECT_EQ(r->finish_reason, "length");
+      EXPECT_EQ(r->done, 1);
+    }
+    EXPECT_EQ(g.text, greedy_ref.text);
+    EXPECT_EQ(s.text, seeded_ref.text);
+    EXPECT_EQ(testing::metric_value(port, "moe:worker_failures_total"), failures + 1) << server.log();
+    const std::vector<int64_t> after = testing::worker_pids(port);
+    ASSERT_EQ(after.size(), 2u);
+    EXPECT_NE(after[victim], pids[victim]);
+  }
+  EXPECT_EQ(testing::metric_value(port, "moe:recoveries_total"), 2);
+  EXPECT_EQ(server.terminate(), 0) << server.log();
+}
+
+TEST(SuperviseMpirun, SuperviseUnderMpirunIsRefused) {
+  auto r = testing::run_command("mpirun --allow-run-as-root --oversubscribe -np 1 " + testing::moe_binary() +
+                                " serve --port 0 --supervise 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--supervise starts the worker group"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace moe

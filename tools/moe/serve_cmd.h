@@ -1,0 +1,64 @@
+// `moe serve`'s flags and the pieces shared by its three modes: plain (serve_cmd.cc), the
+// supervisor's front end (--supervise) and the supervised worker group
+// (--worker-endpoint), both in serve_supervise_cmd.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "engine_flags.h"
+#include "moe/scheduler.h"
+#include "moe/serve/chat_template.h"
+#include "moe/serve/http_server.h"
+
+namespace moe::cli {
+
+struct ServeFlags {
+  EngineFlags engine;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::vector<std::string> api_keys;
+  std::string served_model_name;
+  int max_num_seqs = 32;
+  int max_num_batched_tokens = 512;
+  int kv_block_size = 16;
+  int64_t kv_cache_tokens = 0;
+  int max_tokens_limit = 0;
+  int64_t max_body_bytes = 1 << 20;
+  double rate_limit_rps = 0;
+  double rate_limit_tpm = 0;
+  std::string chat_template;
+  double shutdown_grace = 30;
+  // --supervise: the front end here, the engine in a worker group it restarts.
+  bool supervise = false;
+  std::string mpirun = "mpirun";
+  std::vector<std::string> mpirun_args;
+  double liveness_timeout = 10;
+  double recovery_timeout = 60;
+  int max_restarts = 3;
+  double startup_timeout = 600;
+  // Internal: what the supervisor starts the worker group with.
+  std::string worker_endpoint;  // rendezvous directory
+  int supervisor_pid = 0;
+  std::vector<const CLI::Option*> supervise_only;  // flags that need --supervise
+};
+
+// "" when the serving flags are fine, else a message naming the flag. check_engine:
+// also check_engine_flags().
+std::string check_serve_flags(const ServeFlags& f, bool check_engine);
+serve::ServerOptions server_options(const ServeFlags& f, const serve::ChatTemplate& chat_template);
+SchedulerOptions scheduler_options(const ServeFlags& f);
+
+// serve_supervise_cmd.cc
+void add_supervise_flags(CLI::App& app, ServeFlags* f);
+std::string check_supervise_flags(const ServeFlags& f);
+// `moe serve --supervise`: `app` is the serve subcommand (its given engine flags are
+// passed on to the worker group).
+int run_supervised_serve(const ServeFlags& f, const CLI::App& app);
+// `moe serve --worker-endpoint DIR` on every rank of a supervised worker group.
+int run_worker_endpoint(const ServeFlags& f);
+
+}  // namespace moe::cli
