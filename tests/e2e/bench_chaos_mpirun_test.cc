@@ -113,6 +113,11 @@ TEST(BenchChaosMpirun, KillTrialsAgainstTheSupervisorLoseNothing) {
   EXPECT_EQ(totals["errored"], 0);
   EXPECT_EQ(totals["greedy_equal"], totals["greedy_completed"]);
   EXPECT_EQ(totals["completed"], 24);
+  // The supervisor counted each failure and recovery.
+  const auto& counters = run.report["totals"]["fault_metrics"];
+  EXPECT_EQ(counters.value("moe:worker_failures_total", 0.0), 3.0) << counters;
+  EXPECT_EQ(counters.value("moe:recoveries_total", 0.0), 3.0) << counters;
+  EXPECT_EQ(run.report["totals"]["recovered"], 3);
 }
 
 TEST(BenchChaosMpirun, FlagErrorsNameTheFlag) {

@@ -249,6 +249,8 @@ TEST(ChaosReport, SummarySeparatesFrontEndKillsAndTakesRecoveryPercentiles) {
   };
   std::vector<ChaosTrial> trials = {trial(false, 1.0, false, 0), trial(false, 3.0, false, 1),
                                     trial(false, 2.0, true, 0), trial(true, std::nullopt, false, 2)};
+  trials[0].fault_metrics = {{"moe:recoveries_total", 1}};
+  trials[1].fault_metrics = {{"moe:recoveries_total", 2}, {"moe:replayed_requests_total", 4}};
   trials.push_back(ChaosTrial{});
   trials.back().setup_error = "did not start";
   const ChaosSummary s = summarize(trials, w, reference);
@@ -263,6 +265,8 @@ TEST(ChaosReport, SummarySeparatesFrontEndKillsAndTakesRecoveryPercentiles) {
   EXPECT_EQ(s.recovered, 3);
   EXPECT_DOUBLE_EQ(s.recovery_p50_s, 2.0);
   EXPECT_DOUBLE_EQ(s.recovery_max_s, 3.0);
+  EXPECT_EQ(s.fault_metrics, (std::map<std::string, double>{{"moe:recoveries_total", 3},
+                                                             {"moe:replayed_requests_total", 4}}));
   const auto j = chaos_json(trials, w, reference);
   EXPECT_EQ(j["totals"]["rank_faults"]["lost"], 1);
   EXPECT_EQ(j["trials"][3]["front_end"], true);
@@ -271,6 +275,7 @@ TEST(ChaosReport, SummarySeparatesFrontEndKillsAndTakesRecoveryPercentiles) {
   EXPECT_NE(table.find("setup failed: did not start"), std::string::npos);
   EXPECT_NE(table.find("hangs: 1"), std::string::npos);
   EXPECT_NE(table.find("p50 2.00 s, max 3.00 s"), std::string::npos);
+  EXPECT_NE(table.find("moe:recoveries_total 3 moe:replayed_requests_total 4"), std::string::npos) << table;
 }
 
 }  // namespace

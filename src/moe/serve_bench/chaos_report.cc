@@ -122,6 +122,7 @@ ChaosSummary summarize(const std::vector<ChaosTrial>& trials, const std::vector<
     if (t.stragglers > 0) ++s.trials_with_stragglers;
     if (t.leftover > 0) ++s.trials_with_leftovers;
     if (t.recovery_s) recoveries.push_back(*t.recovery_s);
+    for (const auto& [name, v] : t.fault_metrics) s.fault_metrics[name] += v;
     if (t.fault == "corrupt") {
       ++s.corrupt_trials;
       if (t.corrupt_reported) ++s.corrupt_reported;
@@ -195,6 +196,11 @@ std::string render_chaos_table(const std::vector<ChaosTrial>& trials, const std:
          "\n";
   out += "processes: " + std::to_string(s.trials_with_stragglers) + " trials with stragglers, " +
          std::to_string(s.trials_with_leftovers) + " with leftovers after the kill\n";
+  if (!s.fault_metrics.empty()) {
+    out += "server fault counters (summed over trials):";
+    for (const auto& [name, v] : s.fault_metrics) out += " " + name + " " + format_g(v);
+    out += "\n";
+  }
   if (s.corrupt_trials > 0) {
     out += "corrupt shards named in the server's output: " + ratio(s.corrupt_reported, s.corrupt_trials) + "\n";
   }
@@ -264,7 +270,8 @@ nlohmann::json chaos_json(const std::vector<ChaosTrial>& trials, const std::vect
                    {"trials_with_stragglers", s.trials_with_stragglers},
                    {"trials_with_leftovers", s.trials_with_leftovers},
                    {"corrupt_trials", s.corrupt_trials},
-                   {"corrupt_reported", s.corrupt_reported}};
+                   {"corrupt_reported", s.corrupt_reported},
+                   {"fault_metrics", s.fault_metrics}};
   return out;
 }
 

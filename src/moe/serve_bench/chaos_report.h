@@ -80,6 +80,7 @@ struct ChaosSummary {
   int recovered = 0;             // trials with a recovery time
   double recovery_p50_s = 0, recovery_max_s = 0;
   int corrupt_trials = 0, corrupt_reported = 0;
+  std::map<std::string, double> fault_metrics;  // the trials' /metrics fault counters, summed
 };
 
 ChaosSummary summarize(const std::vector<ChaosTrial>& trials, const std::vector<ChaosRequest>& requests,
