@@ -129,6 +129,13 @@ TEST(ChaosClient, StreamedRequestAgainstAFakeServer) {
     EXPECT_EQ(r.token_times_s.size(), 3u);
     EXPECT_GT(progress.last_byte_ns.load(), 0);
     EXPECT_EQ(progress.delivered_tokens.load(), 4);  // 3 text chunks and [DONE]
+    // A non-streamed request does not count (and an event stream is not the JSON body
+    // it expects: no completion, lost).
+    req.stream = false;
+    const auto whole = send_chaos_request(server.url(), req, "fake-model", 10, std::chrono::steady_clock::now(),
+                                          &progress);
+    EXPECT_EQ(whole.outcome, Outcome::kLost);
+    EXPECT_EQ(progress.delivered_tokens.load(), 4);
   }
   // Nothing listens on the port once the server is gone: lost, refused.
   const auto gone = send_chaos_request(gone_url, req, "fake-model", 10, std::chrono::steady_clock::now(), nullptr);

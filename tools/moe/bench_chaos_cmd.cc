@@ -11,6 +11,7 @@
 //   moe bench chaos --ep 2 --trials 5 --faults kill,stop --mpirun-arg --oversubscribe
 //       --server-arg "--threads 1 --comm-timeout 5" --json chaos.json
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -246,6 +247,10 @@ int run_bench_chaos(BenchChaosFlags f) {
     }
   }
 
+  // Children re-parented to this process (child subreaper) that ended after a trial's
+  // last look: reap them, so that none is left as a zombie of init.
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
   std::printf("%s", sb::render_chaos_table(trials, requests, reference).c_str());
   if (!f.json_path.empty()) {
     nlohmann::json j = sb::chaos_json(trials, requests, reference);

@@ -187,7 +187,7 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
   ChaosProgress progress;
   progress.last_byte_ns.store(t0.time_since_epoch().count());
   int64_t total_tokens = 0;
-  for (const ChaosRequest& r : requests) total_tokens += r.max_tokens;
+  for (const ChaosRequest& r : requests) total_tokens += r.stream ? r.max_tokens : 0;
   const double read_timeout = o.hang_seconds + 5;
   std::vector<std::thread> workers;
   for (int w = 0; w < std::max(1, o.concurrency); ++w) {
@@ -230,8 +230,9 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
       tracker.scan();
       last_scan = now;
     }
-    const bool due = static_cast<double>(progress.delivered_tokens.load()) >=
-                     plan.at_fraction * static_cast<double>(total_tokens);
+    const bool due = total_tokens > 0 ? static_cast<double>(progress.delivered_tokens.load()) >=
+                                            plan.at_fraction * static_cast<double>(total_tokens)
+                                      : finished.load() >= plan.at_fraction * n;
     if (!injected && plan.kind != "none" && due) {
       injected = true;
       trial.fault_at_s = now;

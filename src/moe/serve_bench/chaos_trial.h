@@ -38,9 +38,10 @@ struct ChaosRunOptions {
 // front end (supervised only).
 struct FaultPlan {
   std::string kind = "none";         // none, kill, stop, corrupt
-  // When: once this fraction of the workload's output (requests x max_tokens tokens)
-  // has been delivered (ChaosProgress::delivered_tokens), so that the fault falls at the
-  // same point of the workload however fast the machine runs it.
+  // When: once this fraction of the workload's streamed output (max_tokens per streamed
+  // request) has been delivered (ChaosProgress::delivered_tokens), so that the fault
+  // falls at the same point of the workload however fast the machine runs it (with no
+  // streamed request: once this fraction of the requests has finished).
   double at_fraction = 0.5;
   int target = 0;
   std::string corrupt_file;          // corrupt: the shard file to damage

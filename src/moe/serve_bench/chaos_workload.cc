@@ -213,11 +213,7 @@ ChaosResult send_chaos_request(const std::string& origin, const ChaosRequest& re
   }
   raw.end_s = since(t0);
   touch();
-  ChaosResult result = classify_exchange(raw);
-  if (progress != nullptr && !request.stream && result.outcome == Outcome::kCompleted) {
-    progress->delivered_tokens.fetch_add(request.max_tokens);
-  }
-  return result;
+  return classify_exchange(raw);
 }
 
 }  // namespace moe::serve_bench

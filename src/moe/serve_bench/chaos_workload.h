@@ -75,8 +75,9 @@ ChaosResult classify_exchange(const RawExchange& raw);
 // What the clients of a run have received so far, shared by them. Thread-safe.
 struct ChaosProgress {
   std::atomic<int64_t> last_byte_ns{0};  // steady-clock time of the latest bytes received
-  // Output delivered, in tokens: one per SSE event of a streamed 200 response (about one
-  // token each), max_tokens per non-streamed 200 response when it completes.
+  // Streamed output delivered, in tokens: one per SSE event of a streamed 200 response
+  // (about one token each; non-streamed responses arrive whole at their end, too late to
+  // say where the workload is).
   std::atomic<int64_t> delivered_tokens{0};
 };
 
