@@ -228,15 +228,16 @@ int run_bench_chaos(BenchChaosFlags f) {
   // The trials: per fault kind, --trials of them, each with its seeded time and target.
   std::mt19937_64 rng(static_cast<uint64_t>(f.seed));
   std::vector<sb::ChaosTrial> trials;
-  const int targets = f.ep + (f.supervise && !f.spare_front_end ? 1 : 0);
   for (const auto& kind : faults) {
+    // The front end is a candidate of kill trials only (a stop or a corrupt shard is a
+    // fault of the engine's ranks).
+    const int targets = f.ep + (kind == "kill" && f.supervise && !f.spare_front_end ? 1 : 0);
     for (int k = 0; k < f.trials; ++k) {
       sb::FaultPlan plan;
       plan.kind = kind;
       plan.at_fraction = std::uniform_real_distribution<double>(0.1, 0.7)(rng);
       plan.target = std::uniform_int_distribution<int>(0, targets - 1)(rng);
       if (kind == "corrupt") {
-        if (plan.target >= f.ep) plan.target = 0;  // the corruption matters to a rank's reload
         plan.corrupt_file = shard_files[std::uniform_int_distribution<size_t>(0, shard_files.size() - 1)(rng)];
         const auto size = static_cast<long>(fs::file_size(plan.corrupt_file));
         plan.corrupt_offset = std::uniform_int_distribution<long>(std::min<long>(48, size - 1), size - 1)(rng);
