@@ -120,8 +120,8 @@ std::vector<std::string> server_command(const BenchChaosFlags& f, const std::str
   if (f.supervise) cmd.push_back("--supervise");
   cmd.insert(cmd.end(), {"--model", model, "--ep", std::to_string(f.ep), "--port", "0"});
   if (f.supervise) {
-    if (geteuid() == 0) cmd.insert(cmd.end(), {"--mpirun-arg", "--allow-run-as-root"});
-    for (const auto& a : mpirun_args) cmd.insert(cmd.end(), {"--mpirun-arg", a});
+    if (geteuid() == 0) cmd.push_back("--mpirun-arg=--allow-run-as-root");
+    for (const auto& a : mpirun_args) cmd.push_back("--mpirun-arg=" + a);
   }
   cmd.insert(cmd.end(), server_args.begin(), server_args.end());
   return cmd;
