@@ -1,7 +1,8 @@
 // moe bench chaos's process side: /proc parsing and rank discovery (on a fake /proc
 // tree with hand-written stat and environ files, and on real child processes), the
 // captured child process and its serving line, and the store helpers of the corrupt
-// fault (expert shard files, flipping a byte and back).
+// fault (expert shard files, flipping a byte and back), and a trial whose server does
+// not start.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "moe/serve_bench/chaos_process.h"
 #include "moe/serve_bench/chaos_trial.h"
+#include "moe/serve_bench/chaos_workload.h"
 
 namespace moe::serve_bench {
 namespace {
@@ -164,6 +166,47 @@ TEST(ChaosStore, ExpertShardFilesAndByteFlips) {
   EXPECT_EQ(s, "ABCD");
   EXPECT_FALSE(flip_byte(f, 10).ok());
   EXPECT_EQ(flip_byte(t.path() + "/missing", 0).code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace moe::serve_bench
+
+namespace moe::serve_bench {
+namespace {
+
+// run_chaos_trial's start-up failures: a server that exits, and one that prints its
+// serving line but never answers /health; both are setup errors naming why, with the
+// server's output, and leave no process behind.
+TEST(ChaosTrialSetup, ServerThatExitsIsASetupErrorWithItsOutput) {
+  ChaosRunOptions o;
+  o.server_command = {"sh", "-c", "echo 'cannot load the model'; exit 3"};
+  o.start_timeout_seconds = 10;
+  const ChaosTrial t = run_chaos_trial(o, make_chaos_workload(2, 4, 0), FaultPlan{}, 1, {});
+  EXPECT_NE(t.setup_error.find("the server ended (exit 3)"), std::string::npos) << t.setup_error;
+  EXPECT_NE(t.setup_error.find("cannot load the model"), std::string::npos) << t.setup_error;
+  EXPECT_TRUE(t.results.empty());
+}
+
+TEST(ChaosTrialSetup, ServerWithoutHealthTimesOutAndIsKilled) {
+  TempDir dir;
+  const std::string pid_file = dir.path() + "/pid";
+  ChaosRunOptions o;
+  // Port 1: nothing listens there. The background sleep writes its pid first.
+  o.server_command = {"sh", "-c",
+                      "sleep 30 & echo $! > " + pid_file + "; echo 'serving x on http://127.0.0.1:1 (y)'; wait"};
+  o.start_timeout_seconds = 1;
+  const ChaosTrial t = run_chaos_trial(o, make_chaos_workload(2, 4, 0), FaultPlan{}, 1, {});
+  EXPECT_NE(t.setup_error.find("/health did not answer 200 within 1 s"), std::string::npos) << t.setup_error;
+  pid_t sleeper = 0;
+  std::ifstream(pid_file) >> sleeper;
+  ASSERT_GT(sleeper, 0);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    auto p = read_proc_info("/proc", sleeper);
+    gone = !p.ok() || p->state == 'Z';
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone);
 }
 
 }  // namespace

@@ -152,9 +152,13 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
   }
   const std::string origin = "http://127.0.0.1:" + std::to_string(port);
   std::string model = "default";
+  bool healthy = false;
   if (port != 0) {
     // Ready when /health answers 200 (bounded by the start-up timeout).
-    while (http_get(origin, "/health", 2).first != 200 && since(t_start) < o.start_timeout_seconds) sleep_s(0.05);
+    while (!(healthy = http_get(origin, "/health", 2).first == 200) && since(t_start) < o.start_timeout_seconds &&
+           !server->exited()) {
+      sleep_s(0.05);
+    }
     auto [status, body] = http_get(origin, "/v1/models", 5);
     const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (status == 200 && j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
@@ -162,15 +166,16 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
       model = j["data"][0]["id"].get<std::string>();
     }
   }
-  if (port == 0) {
+  if (!healthy) {
     int status = 0;
     const bool ended = server->exited(&status);
     std::string out = server->output();
     if (out.size() > 2000) out = "..." + out.substr(out.size() - 2000);
-    trial.setup_error = std::string(ended ? "the server ended (" + describe_wait_status(status) + ")"
-                                          : "no \"serving ... on http://HOST:PORT\" line within " +
-                                                format_g(o.start_timeout_seconds) + " s") +
-                        " before serving; its output:\n" + out;
+    const std::string why = ended     ? "the server ended (" + describe_wait_status(status) + ")"
+                            : port == 0 ? "no \"serving ... on http://HOST:PORT\" line within " +
+                                              format_g(o.start_timeout_seconds) + " s"
+                                        : "/health did not answer 200 within " + format_g(o.start_timeout_seconds) + " s";
+    trial.setup_error = why + " before serving; its output:\n" + out;
     tracker.scan();
     server->kill_all(tracker.running());
     return trial;
