@@ -29,7 +29,9 @@ struct SeqRequest {
   // in events (nor is their text), stop strings and EOS see them as output, and the
   // sampler continues as if uninterrupted (its random stream advanced past them), so a
   // greedy or seeded request gives the tokens of an uninterrupted run.
-  // InvalidArgument if there are max_tokens or more of them, or one is out of the vocab.
+  // InvalidArgument if there are max_tokens or more of them, one is out of the vocab, or
+  // they could not have been generated: an EOS among them (unless ignore_eos) or their
+  // text completing a stop string (either would have ended the request).
   std::vector<int> resume_token_ids{};
 };
 

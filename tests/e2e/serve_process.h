@@ -26,11 +26,15 @@ namespace moe::testing {
 class ServeProcess {
  public:
   // `args`: the moe serve flags after `serve` (--port 0 is added). `mpirun_np` > 0
-  // runs it under mpirun with that many ranks.
-  explicit ServeProcess(const std::vector<std::string>& args, int mpirun_np = 0, const std::string& log_level = "") {
+  // runs it under mpirun with that many ranks (and `mpirun_args` before -np).
+  explicit ServeProcess(const std::vector<std::string>& args, int mpirun_np = 0, const std::string& log_level = "",
+                        const std::vector<std::string>& mpirun_args = {}) {
     std::vector<std::string> argv;
     if (mpirun_np > 0) {
-      argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(mpirun_np)};
+      argv = {"mpirun", "--allow-run-as-root", "--oversubscribe"};
+      argv.insert(argv.end(), mpirun_args.begin(), mpirun_args.end());
+      argv.push_back("-np");
+      argv.push_back(std::to_string(mpirun_np));
     }
     argv.push_back(moe_binary());
     if (!log_level.empty()) {
@@ -102,15 +106,35 @@ class ServeProcess {
   }
 
   // Under mpirun: the pid of rank 0 (a child of mpirun with OMPI_COMM_WORLD_RANK=0), or -1.
-  pid_t rank0_pid() const {
+  pid_t rank0_pid() const { return rank_pid(0); }
+  // Under mpirun: the pid of rank `rank` (a child of mpirun whose environment has
+  // OMPI_COMM_WORLD_RANK=rank), or -1.
+  pid_t rank_pid(int rank) const {
     std::ifstream children("/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) + "/children");
+    const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
     pid_t child;
     while (children >> child) {
       std::ifstream env("/proc/" + std::to_string(child) + "/environ", std::ios::binary);
       std::string var;
       while (std::getline(env, var, '\0')) {
-        if (var == "OMPI_COMM_WORLD_RANK=0") return child;
+        if (var == want) return child;
       }
+    }
+    return -1;
+  }
+
+  // Waits up to `timeout_seconds` for the started process to exit by itself; returns
+  // its exit status, 128 + the signal if a signal ended it, or -1 on timeout.
+  int wait_exit(double timeout_seconds) {
+    if (pid_ <= 0) return -1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return -1;
   }

@@ -1,6 +1,7 @@
 // `moe serve --supervise --ep 2`: the worker group runs under mpirun. kill -9 of rank 1,
-// then of rank 0, mid-stream: each time the supervisor replaces the whole group and the
-// streamed text equals the fault-free run's (greedy and seeded). --supervise itself
+// then of rank 0, then SIGSTOP of rank 1 (rank 0's /health says "stalled" after
+// --liveness-timeout), mid-stream: each time the supervisor replaces the whole group and
+// the streamed text equals the fault-free run's (greedy and seeded). --supervise itself
 // under mpirun is refused.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -25,21 +26,22 @@ json request(const std::string& prompt, int max_tokens, double temperature, int 
   return b;
 }
 
-TEST(SuperviseMpirun, KillingRank1ThenRank0MidStreamLosesNothing) {
+TEST(SuperviseMpirun, KillingRank1ThenRank0AndStoppingRank1MidStreamLosesNothing) {
   ServeProcess server({"--supervise", "--ep", "2", "--threads", "1", "--mpirun-arg=--allow-run-as-root",
                        "--mpirun-arg=--oversubscribe", "--liveness-timeout", "2", "--recovery-timeout", "60",
                        "--startup-timeout", "60"});
   ASSERT_GT(server.port(), 0) << server.log();
   const int port = server.port();
-  const json greedy = request("ROMEO:\nWhat light", 300, 0);
-  const json seeded = request("JULIET:\nO Romeo", 300, 0.8, 11);
+  const json greedy = request("ROMEO:\nWhat light", 80, 0);
+  const json seeded = request("JULIET:\nO Romeo", 80, 0.8, 11);
   const testing::SupervisedStream greedy_ref = testing::stream_request(port, greedy);
   const testing::SupervisedStream seeded_ref = testing::stream_request(port, seeded);
   ASSERT_EQ(greedy_ref.finish_reason, "length") << server.log();
   ASSERT_EQ(seeded_ref.finish_reason, "length") << server.log();
 
-  for (int victim : {1, 0}) {
-    SCOPED_TRACE("kill -9 of rank " + std::to_string(victim));
+  for (const auto& fault : std::vector<std::pair<int, int>>{{1, SIGKILL}, {0, SIGKILL}, {1, SIGSTOP}}) {
+    const int victim = fault.first, signal_number = fault.second;
+    SCOPED_TRACE("signal " + std::to_string(signal_number) + " to rank " + std::to_string(victim));
     const std::vector<int64_t> pids = testing::worker_pids(port);
     ASSERT_EQ(pids.size(), 2u) << testing::health_json(port).dump();
     ASSERT_GT(pids[victim], 0);
@@ -51,7 +53,7 @@ TEST(SuperviseMpirun, KillingRank1ThenRank0MidStreamLosesNothing) {
     for (int i = 0; i < 3000 && !seeded_started; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_TRUE(seeded_started.load());
     const testing::SupervisedStream g = testing::stream_request(
-        port, greedy, [&] { ::kill(static_cast<pid_t>(pids[victim]), SIGKILL); });
+        port, greedy, [&] { ::kill(static_cast<pid_t>(pids[victim]), signal_number); });
     const testing::SupervisedStream s = seeded_run.get();
     for (const auto* r : {&g, &s}) {
       EXPECT_EQ(r->status, 200);
@@ -66,7 +68,7 @@ TEST(SuperviseMpirun, KillingRank1ThenRank0MidStreamLosesNothing) {
     ASSERT_EQ(after.size(), 2u);
     EXPECT_NE(after[victim], pids[victim]);
   }
-  EXPECT_EQ(testing::metric_value(port, "moe:recoveries_total"), 2);
+  EXPECT_EQ(testing::metric_value(port, "moe:recoveries_total"), 3);
   EXPECT_EQ(server.terminate(), 0) << server.log();
 }
 

@@ -1,6 +1,7 @@
 // `moe serve --supervise --ep 1` on the shipped model: kill -9 (or SIGSTOP) of the worker
 // mid-stream costs the client nothing: the streamed text equals the fault-free run's,
-// greedy and seeded, with one [DONE] and no error; the metrics count the recovery.
+// greedy and seeded, with one [DONE] and no error, and a non-streamed request in flight
+// gets its fault-free text too; the metrics count the recovery.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -44,6 +45,15 @@ void expect_streams_survive(ServeProcess& server, int signal_number) {
   const int port = server.port();
   const json greedy = request("ROMEO:\nWhat light", 400, 0);
   const json seeded = request("JULIET:\nO Romeo", 400, 0.8, 7);
+  const json plain = request("HAMLET:\nTo be", 400, 0);  // not streamed
+  auto complete = [&] {
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_read_timeout(120, 0);
+    auto r = cli.Post("/v1/completions", plain.dump(), "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(-1, std::string());
+  };
+  const auto plain_ref = complete();
+  ASSERT_EQ(plain_ref.first, 200) << plain_ref.second;
   const testing::SupervisedStream greedy_ref = testing::stream_request(port, greedy);
   const testing::SupervisedStream seeded_ref = testing::stream_request(port, seeded);
   ASSERT_EQ(greedy_ref.finish_reason, "length") << server.log();
@@ -57,9 +67,13 @@ void expect_streams_survive(ServeProcess& server, int signal_number) {
     return testing::stream_request(port, seeded, [&] { seeded_started = true; });
   });
   ASSERT_TRUE(eventually([&] { return seeded_started.load(); }));
+  auto plain_run = std::async(std::launch::async, complete);
   const testing::SupervisedStream g = testing::stream_request(
       port, greedy, [&] { ::kill(static_cast<pid_t>(pids[0]), signal_number); });
   const testing::SupervisedStream s = seeded_run.get();
+  const auto p = plain_run.get();
+  EXPECT_EQ(p.first, 200) << p.second;
+  EXPECT_EQ(json::parse(p.second)["choices"][0]["text"], json::parse(plain_ref.second)["choices"][0]["text"]);
 
   for (const auto* r : {&g, &s}) {
     EXPECT_EQ(r->status, 200);

@@ -119,6 +119,7 @@ TEST(SchedulerFaults, VanishedPeerFailsEveryRequestInFlight) {
   EXPECT_FALSE(run.ok());
   EXPECT_TRUE(run.code() == StatusCode::kDeadlineExceeded || run.code() == StatusCode::kUnavailable)
       << run.to_string();
+  EXPECT_CONTAINS(run.message(), "engine step: ");  // the failed stage, then the communicator's words
   ASSERT_EQ(results.size(), 3u);
   for (const Result& r : results) {
     EXPECT_EQ(r.finish_reason, "error");

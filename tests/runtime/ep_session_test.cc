@@ -3,12 +3,14 @@
 // idle and rebalance headers and stops on the stop header; the idle heartbeat goes out
 // once the heartbeat period has passed on the clock; the rebalance trigger fires every
 // N steps; a failed rebalance keeps the loop going unless the communicator broke; the
-// start-up agreement fails every rank when one fails or the fingerprints differ.
+// start-up agreement fails every rank when one fails or the fingerprints differ; a dead
+// rank 0 ends the worker within the communicator's timeout.
 #include "moe/runtime/ep_session.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <vector>
 
@@ -241,6 +243,35 @@ TEST(EpSession, StepFailureEndsTheWorker) {
   ASSERT_TRUE(st.ok()) << st.to_string();
   EXPECT_TRUE(results[0].ok()) << results[0].to_string();
   EXPECT_CONTAINS(results[1].message(), "step failed");
+}
+
+// Rank 0 dies after one step (it never sends another header): the worker's wait for
+// the next header ends with DeadlineExceeded within the communicator's timeout, so a
+// dead leader never leaves a worker blocked.
+TEST(EpSession, DeadLeaderEndsTheWorkerWithinTheTimeout) {
+  InProcessGroup group(2, 0, /*timeout_seconds=*/0.3);
+  ManualClock clock;
+  std::vector<Status> results(2);
+  std::vector<double> seconds(2, 0);
+  Status st = run_ranks(group, [&](Communicator& comm) -> Status {
+    FakeRunner runner(&comm);
+    EpSession session(&comm, &runner, &clock);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (comm.rank() == 0) {
+      MOE_RETURN_IF_ERROR(session.announce_step(1));
+      results[0] = runner.collective();
+      return ok_status();  // "dies": no further header, no stop
+    }
+    results[1] = session.run_worker();
+    seconds[1] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_TRUE(results[0].ok()) << results[0].to_string();
+  EXPECT_EQ(results[1].code(), StatusCode::kDeadlineExceeded) << results[1].to_string();
+  EXPECT_CONTAINS(results[1].message(), "waiting for rank 0's next step");
+  EXPECT_GE(seconds[1], 0.3);
+  EXPECT_LT(seconds[1], 3.0);
 }
 
 TEST(EpSession, SingleProcessIsANoOp) {

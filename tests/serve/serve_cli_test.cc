@@ -1,5 +1,6 @@
 // `moe serve` flags: every bad value is refused before serving, with a message naming
-// the flag (exit 1; parser errors exit 2); a busy port is an error; the shipped model
+// the flag (exit 1; parser errors exit 2); --help shows the deadlines; a busy port is an
+// error; the shipped model
 // serves /health and stops on SIGTERM with exit status 0.
 #include <gtest/gtest.h>
 
@@ -35,6 +36,11 @@ TEST(ServeCli, BadFlagValuesNameTheFlag) {
       {"--chat-template no-such-template", "--chat-template"},
       {"--chat-template /nonexistent/template.json", "--chat-template"},
       {"--ep 2", "--ep"},
+      {"--comm-timeout 5", "--comm-timeout applies to expert parallelism (--ep > 1)"},
+      {"--comm-timeout 0", "--comm-timeout must be a finite number of seconds > 0 (got 0)"},
+      {"--comm-timeout inf", "--comm-timeout"},
+      {"--liveness-timeout 0", "--liveness-timeout must be a finite number of seconds > 0"},
+      {"--liveness-timeout 60", "--liveness-timeout (60) must be below --comm-timeout (60)"},
   };
   for (const auto& [flags, name] : cases) {
     auto r = serve(flags);
@@ -45,6 +51,15 @@ TEST(ServeCli, BadFlagValuesNameTheFlag) {
     auto r = serve(flags);
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
   }
+}
+
+TEST(ServeCli, HelpShowsTheDeadlines) {
+  auto r = testing::run_command(testing::moe_binary() + " serve --help 2>&1");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--comm-timeout FLOAT=60"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--liveness-timeout"), std::string::npos) << r.output;
+  auto g = testing::run_command(testing::moe_binary() + " generate --help 2>&1");
+  EXPECT_NE(g.output.find("--comm-timeout FLOAT=60"), std::string::npos) << g.output;
 }
 
 TEST(ServeCli, ServesHealthAndStopsOnSigterm) {

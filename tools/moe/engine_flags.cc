@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "moe/comm/mpi_communicator.h"
+#include "moe/core/text_format.h"
 
 namespace moe::cli {
 
@@ -69,8 +70,7 @@ std::string check_engine_flags(const EngineFlags& f) {
     return "--max-nodes-per-token must be >= 0 (got " + std::to_string(o.max_nodes_per_token) + ")";
   }
   if (!(f.launch.comm_timeout_seconds > 0 && std::isfinite(f.launch.comm_timeout_seconds))) {
-    return "--comm-timeout must be a finite number of seconds > 0 (got " + std::to_string(f.launch.comm_timeout_seconds) +
-           ")";
+    return "--comm-timeout must be a finite number of seconds > 0 (got " + format_g(f.launch.comm_timeout_seconds) + ")";
   }
   if (f.comm_timeout_given() && f.launch.ep == 1 && !launched_under_mpi()) {
     return "--comm-timeout applies to expert parallelism (--ep > 1)";
@@ -104,7 +104,7 @@ int fail_rank(int rank, const Status& status) {
   const bool comm_failure =
       status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded;
   if (!launched_under_mpi()) return fail(status.message());
-  const std::string who = "rank " + std::to_string(rank) + ": ";
+  const std::string who = rank >= 0 ? "rank " + std::to_string(rank) + ": " : "";
   if (!comm_failure) return fail(who + status.message());
   std::fprintf(stderr,
                "error: %sthe expert-parallel group failed (%s); ending every rank of the job (MPI_Abort), since "

@@ -36,7 +36,8 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
 // Checks the values; returns "" when fine, else a message naming the flag.
 std::string check_engine_flags(const EngineFlags& f);
 
-// A command's failure on EP rank `rank`: prints "error: [rank R: ]<message>" and
+// A command's failure on EP rank `rank` (< 0: the message names it already, e.g.
+// launch_engine's): prints "error: [rank R: ]<message>" and
 // returns 1. A communication failure (Unavailable, DeadlineExceeded) under mpirun
 // leaves the group unusable and MPI_Finalize would wait for the lost peer forever, so
 // it says so and ends every rank of the job at once (mpi_abort(); never returns).

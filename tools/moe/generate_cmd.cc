@@ -40,7 +40,7 @@ int run_generate(const GenerateFlags& f) {
   }
   if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return fail(bad);
   auto opened = launch_engine_from_flags(f.engine, "generate");
-  if (!opened.ok()) return fail(opened.status().message());
+  if (!opened.ok()) return fail_rank(-1, opened.status());
   const bool expert_parallel = opened.value().comm != nullptr;
   const int num_ranks = opened.value().num_ranks;
   auto& engine = opened.value().engine;

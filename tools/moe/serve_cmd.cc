@@ -7,6 +7,7 @@
 // after a failure; the worker group runs `moe serve --worker-endpoint DIR`.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -55,14 +56,17 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (!(f.shutdown_grace >= 0 && std::isfinite(f.shutdown_grace))) {
     return "--shutdown-grace must be a finite number of seconds >= 0 (got " + std::to_string(f.shutdown_grace) + ")";
   }
-  if (!(f.liveness_timeout > 0 && std::isfinite(f.liveness_timeout))) {
-    return "--liveness-timeout must be a finite number of seconds > 0 (got " + std::to_string(f.liveness_timeout) + ")";
+  if (check_engine) {
+    if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return bad;
   }
-  if (f.liveness_timeout >= f.engine.launch.comm_timeout_seconds) {
+  if (!(f.liveness_timeout > 0 && std::isfinite(f.liveness_timeout))) {
+    return "--liveness-timeout must be a finite number of seconds > 0 (got " + format_g(f.liveness_timeout) + ")";
+  }
+  if (f.effective_liveness_timeout() >= f.engine.launch.comm_timeout_seconds) {
     return "--liveness-timeout (" + format_g(f.liveness_timeout) + ") must be below --comm-timeout (" +
            format_g(f.engine.launch.comm_timeout_seconds) + ")";
   }
-  return check_engine ? check_engine_flags(f.engine) : "";
+  return "";
 }
 
 serve::ServerOptions server_options(const ServeFlags& f, const serve::ChatTemplate& chat_template) {
@@ -86,7 +90,7 @@ SchedulerOptions scheduler_options(const ServeFlags& f) {
   so.kv_block_size = f.kv_block_size;
   so.kv_cache_tokens = f.kv_cache_tokens;
   so.idle_heartbeat_seconds = f.engine.idle_heartbeat_seconds();
-  so.liveness_timeout_seconds = f.liveness_timeout;
+  so.liveness_timeout_seconds = f.effective_liveness_timeout();
   return so;
 }
 
@@ -103,7 +107,7 @@ int run_serve(const ServeFlags& f, const CLI::App& app) {
     if (!t.ok()) return fail("--chat-template: " + t.status().message());
   }
   auto opened = launch_engine_from_flags(f.engine, "serve");
-  if (!opened.ok()) return fail(opened.status().message());
+  if (!opened.ok()) return fail_rank(-1, opened.status());
   Engine& engine = *opened.value().engine;
   const int rank = opened.value().rank;
   if (rank != 0) {
@@ -184,11 +188,11 @@ RunFn add_serve_command(CLI::App& app) {
   app.add_option("--shutdown-grace", f->shutdown_grace,
                  "Seconds requests in flight may take to finish after SIGTERM/SIGINT")
       ->capture_default_str();
-  app.add_option("--liveness-timeout", f->liveness_timeout,
-                 "GET /health answers 503 \"stalled\" while an engine step has run longer than this (seconds; "
-                 "below --comm-timeout); with --supervise also how long the worker group may not answer "
-                 "before it is replaced")
-      ->capture_default_str();
+  f->liveness_option = app.add_option(
+      "--liveness-timeout", f->liveness_timeout,
+      "GET /health answers 503 \"stalled\" while an engine step has run longer than this (seconds; below "
+      "--comm-timeout; default min(10, --comm-timeout / 2)); with --supervise also how long the worker group may "
+      "not answer before it is replaced");
   add_supervise_flags(app, f.get());
   return [f, &app] { return run_serve(*f, app); };
 }

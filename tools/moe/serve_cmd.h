@@ -3,6 +3,7 @@
 // (--worker-endpoint), both in serve_supervise_cmd.cc.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,11 +33,16 @@ struct ServeFlags {
   double rate_limit_tpm = 0;
   std::string chat_template;
   double shutdown_grace = 30;
+  double liveness_timeout = 10;  // when not given: min(10, --comm-timeout / 2)
+  const CLI::Option* liveness_option = nullptr;
+  double effective_liveness_timeout() const {
+    if (liveness_option != nullptr && liveness_option->count() > 0) return liveness_timeout;
+    return std::min(10.0, engine.launch.comm_timeout_seconds / 2);
+  }
   // --supervise: the front end here, the engine in a worker group it restarts.
   bool supervise = false;
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirun_args;
-  double liveness_timeout = 10;
   double recovery_timeout = 60;
   int max_restarts = 3;
   double startup_timeout = 600;

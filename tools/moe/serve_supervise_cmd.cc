@@ -132,12 +132,13 @@ int run_supervised_serve(const ServeFlags& f, const CLI::App& app) {
   supervisor::ProcessLauncher launcher(wo);
 
   supervisor::SupervisorOptions so;
-  so.liveness_timeout_seconds = f.liveness_timeout;
-  so.probe_interval_seconds = std::min(0.5, f.liveness_timeout / 4);
+  const double liveness = f.effective_liveness_timeout();
+  so.liveness_timeout_seconds = liveness;
+  so.probe_interval_seconds = std::min(0.5, liveness / 4);
   so.recovery_timeout_seconds = f.recovery_timeout;
   so.max_restarts = f.max_restarts;
   so.startup_timeout_seconds = f.startup_timeout;
-  so.control_timeout_seconds = std::min(5.0, f.liveness_timeout);
+  so.control_timeout_seconds = std::min(5.0, liveness);
   auto started = supervisor::SupervisedService::start(launcher, so);
   if (!started.ok()) return fail("worker group: " + started.status().message());
   supervisor::SupervisedService& service = *started.value();

@@ -502,17 +502,18 @@ Status Scheduler::run() {
         continue;
       }
       // Under EP the idle workers hear from rank 0 within the heartbeat period.
-      result = session.heartbeat_if_idle(st.options.idle_heartbeat_seconds);
+      result = session.heartbeat_if_idle(st.options.idle_heartbeat_seconds)
+                   .with_context("idle heartbeat to the EP workers");
       if (!result.ok()) {
-        MOE_LOG_ERROR("scheduler: idle heartbeat to the EP workers failed: {}", result.message());
+        MOE_LOG_ERROR("scheduler: {}", result.message());
         break;
       }
       continue;
     }
     st.step_started = now_seconds();
-    result = st.step();
+    result = st.step().with_context("engine step");
     st.publish();
-    if (result.ok()) result = session.after_step();  // live rebalancing every N steps
+    if (result.ok()) result = session.after_step().with_context("live rebalancing");  // every N steps
     st.step_started = 0;
     if (!result.ok()) {
       MOE_LOG_ERROR("scheduler: engine step failed, failing {} requests: {}", st.running.size() + st.waiting.size(),

@@ -88,7 +88,9 @@ Status EpSession::run_worker() {
   if (comm_ == nullptr || comm_->rank() == 0) return failed_precondition("run_worker() is for ranks other than 0 under EP");
   for (;;) {
     int64_t header[2] = {0, 0};  // {kind, num_tokens on rank 0}
-    MOE_RETURN_IF_ERROR(comm_->broadcast(header, sizeof(header), 0));
+    // Rank 0 sends a header at least every idle heartbeat: a timeout here means it is
+    // dead or stuck.
+    MOE_RETURN_IF_ERROR(comm_->broadcast(header, sizeof(header), 0).with_context("waiting for rank 0's next step"));
     switch (static_cast<EpStepKind>(header[0])) {
       case EpStepKind::kStop:
         ++counters_.stops;
@@ -98,12 +100,12 @@ Status EpSession::run_worker() {
         continue;
       case EpStepKind::kRebalance:
         ++counters_.rebalances;
-        MOE_RETURN_IF_ERROR(rebalance_with_workers());
+        MOE_RETURN_IF_ERROR(rebalance_with_workers().with_context("live rebalancing"));
         continue;
       case EpStepKind::kStep:
       default:  // as before the protocol had names: any other kind is a step
         ++counters_.steps;
-        MOE_RETURN_IF_ERROR(runner_->join_step());
+        MOE_RETURN_IF_ERROR(runner_->join_step().with_context("engine step " + std::to_string(counters_.steps)));
     }
   }
 }

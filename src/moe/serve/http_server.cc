@@ -238,7 +238,7 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
-      r.stream ? "text/event-stream" : kJson,
+      "text/event-stream",
       [this, pending](size_t, httplib::DataSink& sink) { return pump(*pending, sink); },
       [this, pending](bool) { release(*pending); });
 }
@@ -268,9 +268,9 @@ void HttpServer::Impl::answer_when_done(PendingResponse& p, const httplib::Reque
   res.set_content(body, kJson);
 }
 
-// One call of httplib's content-provider loop: waits up to client_poll_ms for events,
-// writes what they produce, and returns false to abandon the response (client gone, or
-// a non-streamed body that cannot be completed).
+// One call of a streamed response's content-provider loop: waits up to client_poll_ms
+// for events, writes what they produce, and returns false to abandon the response (the
+// client is gone).
 bool HttpServer::Impl::pump(PendingResponse& p, httplib::DataSink& sink) {
   std::string out;
   if (!p.begun) {

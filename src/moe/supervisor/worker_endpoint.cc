@@ -85,6 +85,7 @@ struct WorkerEndpoint::Impl {
   std::thread thread;
   int port = -1;
   bool started = false, stopped = false;
+  std::mutex stop_mu;
   mutable std::mutex mu;
   std::map<uint64_t, std::shared_ptr<LineQueue>> open;
   bool cutting = false;
@@ -231,6 +232,7 @@ int WorkerEndpoint::open_streams() const {
 
 void WorkerEndpoint::stop() {
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> serial(m.stop_mu);  // a second caller waits for the first
   if (!m.started || m.stopped) return;
   m.stopped = true;
   {

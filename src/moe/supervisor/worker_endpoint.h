@@ -24,7 +24,8 @@ struct WorkerEndpointOptions {
   int poll_ms = 50;  // how often a waiting /submit stream checks its supervisor connection
 };
 
-// Thread-safety: start/stop from one thread; the routes are served by a thread pool.
+// Thread-safety: start() once; stop() from any thread (callers after the first wait for it
+// to finish); the routes are served by a thread pool.
 class WorkerEndpoint {
  public:
   // `service` is not owned and must outlive the endpoint.
