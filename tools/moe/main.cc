@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
   auto* bench_ckpt = bench->add_subcommand(
       "ckpt", "Checkpoint store: codec ratios and MB/s, restore GB/s vs cat and memcpy, incremental save, cold start");
   auto run_bench_ckpt = moe::cli::add_bench_ckpt_command(*bench_ckpt);
+  auto* bench_chaos = bench->add_subcommand(
+      "chaos", "Fault injection: kill, stop or corrupt a rank of a serving EP group; lost requests, hangs, recovery");
+  auto run_bench_chaos = moe::cli::add_bench_chaos_command(*bench_chaos);
   auto* placement = app.add_subcommand("placement", "Expert placement: plan replicas and slots from per-expert load");
   placement->require_subcommand(1);
   auto run_placement = moe::cli::add_placement_command(*placement);
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
   if (bench_capacity->parsed()) return run_bench_capacity();
   if (bench_serve->parsed()) return run_bench_serve();
   if (bench_ckpt->parsed()) return run_bench_ckpt();
+  if (bench_chaos->parsed()) return run_bench_chaos();
   if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
   if (ckpt->parsed()) return run_ckpt();
