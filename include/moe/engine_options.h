@@ -18,6 +18,11 @@ struct EngineOptions {
   // then collective: all ranks check they loaded the same model (fingerprint) and
   // agree on success, so a failure on one rank is an error on every rank.
   Communicator* comm = nullptr;
+  // Under EP: the communicator's deadline once serving (seconds). Engine::open and a
+  // worker's wait for rank 0's first step header keep the communicator's own (the launch
+  // gives it the longer start-up deadline, include/moe/launch.h); rank 0 switches when
+  // open returns, each worker after that first header. 0 = keep the communicator's.
+  double comm_timeout_seconds = 0;
   bool ep_overlap = false;  // two micro-batches, communication overlapped with compute
   bool a2a_bf16 = false;    // dispatch/combine activations as bf16 (half the bytes)
   // Two-level all-to-all (inter-node, then intra-node): -1 = when comm spans several

@@ -78,6 +78,13 @@ struct EpLaunchOptions {
   // a peer that has not answered by then is failed (DeadlineExceeded). Finite, > 0;
   // unused without EP. Rank 0 sends an idle heartbeat well within it (min(5, timeout/4)).
   double comm_timeout_seconds = 60;
+  // Deadline of the start-up collectives (seconds; the longer of this and the comm
+  // timeout): the ranks' load-time skew in Engine::open's agreement, and a worker's wait
+  // for rank 0's first step header (rank 0 builds its scheduler and KV pool meanwhile).
+  // Rank 0 switches to comm_timeout_seconds when Engine::open returns, each worker after
+  // that first header. Finite, > 0. (`moe serve --supervise --startup-timeout` bounds a
+  // whole group start from outside.)
+  double startup_timeout_seconds = 600;
 };
 
 // The Engine of this process and, under mpirun, the communicator it runs on. The

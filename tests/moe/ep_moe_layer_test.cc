@@ -190,6 +190,8 @@ class CrossNodeCounter : public Communicator {
   int node_of(int r) const override { return in_.node_of(r); }
   int num_nodes() const override { return in_.num_nodes(); }
   std::string backend() const override { return "counter"; }
+  void set_timeout_seconds(double seconds) override { in_.set_timeout_seconds(seconds); }
+  double timeout_seconds() const override { return in_.timeout_seconds(); }
   void count(const std::vector<size_t>& send_bytes) {
     for (int r = 0; r < size(); ++r) {
       if (node_of(r) != node_of(rank())) *bytes_ += static_cast<int64_t>(send_bytes[static_cast<size_t>(r)]);

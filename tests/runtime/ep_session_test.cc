@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "contains_util.h"
@@ -272,6 +273,35 @@ TEST(EpSession, DeadLeaderEndsTheWorkerWithinTheTimeout) {
   EXPECT_CONTAINS(results[1].message(), "waiting for rank 0's next step");
   EXPECT_GE(seconds[1], 0.3);
   EXPECT_LT(seconds[1], 3.0);
+}
+
+// Start-up vs steady deadlines: the group is made with the long start-up deadline (2 s);
+// rank 0 takes 0.6 s before its first header (building its scheduler), longer than the
+// steady deadline (0.3 s) but within the start-up one, so the worker waits for it; after
+// that first header the worker's waits use the steady deadline, so rank 0's death then
+// ends the worker within about 0.3 s, not 2 s.
+TEST(EpSession, WorkerSwitchesToTheSteadyDeadlineAfterTheFirstHeader) {
+  InProcessGroup group(2, 0, /*timeout_seconds=*/2.0);
+  ManualClock clock;
+  Status worker;
+  double timeout_seen = 0;
+  Status st = run_ranks(group, [&](Communicator& comm) -> Status {
+    FakeRunner runner(&comm);
+    EpSession session(&comm, &runner, &clock, EpSessionOptions{.steady_timeout_seconds = 0.3});
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      MOE_RETURN_IF_ERROR(session.announce_step(1));
+      MOE_RETURN_IF_ERROR(runner.collective());
+      return ok_status();  // "dies": no further header
+    }
+    worker = session.run_worker();  // joins the step, then waits for the next header
+    timeout_seen = comm.timeout_seconds();
+    return ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(worker.code(), StatusCode::kDeadlineExceeded) << worker.to_string();
+  EXPECT_CONTAINS(worker.message(), "timed out after 0.3 s");
+  EXPECT_DOUBLE_EQ(timeout_seen, 0.3);
 }
 
 TEST(EpSession, SingleProcessIsANoOp) {

@@ -49,6 +49,11 @@ class Communicator {
   virtual int num_nodes() const = 0;
   // Human-readable backend name, e.g. "mpi" or "inproc".
   virtual std::string backend() const = 0;
+  // The deadline of each operation issued from now on, in seconds (finite, > 0): start-up
+  // (loading skew between ranks) gets a longer one than steady serving. Call it between
+  // operations; in-process groups share one value (the last set by any rank).
+  virtual void set_timeout_seconds(double seconds) = 0;
+  virtual double timeout_seconds() const = 0;
 
   // Asymmetric all-to-all of bytes.
   //   send: concatenation of the blocks for ranks 0..size-1; send_bytes[r] bytes for r

@@ -57,6 +57,8 @@ class FaultyCommunicator final : public Communicator {
   int node_of(int rank) const override { return inner_.node_of(rank); }
   int num_nodes() const override { return inner_.num_nodes(); }
   std::string backend() const override { return inner_.backend() + "+faults"; }
+  void set_timeout_seconds(double seconds) override { inner_.set_timeout_seconds(seconds); }
+  double timeout_seconds() const override { return inner_.timeout_seconds(); }
 
   Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                    const std::vector<size_t>& recv_bytes) override;

@@ -3,7 +3,9 @@
 // move those internals into a header for no reader's benefit.
 #include "moe/comm/inproc_communicator.h"
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -86,7 +88,7 @@ struct GroupState {
 
   const int num_ranks;
   const int ranks_per_node;
-  const double timeout_seconds;
+  std::atomic<double> timeout_seconds;  // Communicator::set_timeout_seconds (any rank)
 
   std::mutex mu;
   std::condition_variable cv;  // notified on every state change
@@ -380,6 +382,11 @@ class InProcCommunicator : public Communicator {
     return k == 0 ? 1 : (g_->num_ranks + k - 1) / k;
   }
   std::string backend() const override { return "inproc"; }
+  void set_timeout_seconds(double seconds) override {
+    MOE_CHECK(seconds > 0 && std::isfinite(seconds));
+    g_->timeout_seconds = seconds;
+  }
+  double timeout_seconds() const override { return g_->timeout_seconds; }
 
   Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                    const std::vector<size_t>& recv_bytes) override {

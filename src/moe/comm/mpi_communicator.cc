@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "moe/comm/mpi_process.h"
+#include "moe/core/check.h"
 #include "moe/core/text_format.h"
 
 namespace moe {
@@ -190,6 +191,11 @@ class MpiCommunicator : public Communicator {
   int node_of(int rank) const override { return (rank >= 0 && rank < size_) ? node_of_[rank] : -1; }
   int num_nodes() const override { return num_nodes_; }
   std::string backend() const override { return "mpi"; }
+  void set_timeout_seconds(double seconds) override {
+    MOE_CHECK(seconds > 0 && std::isfinite(seconds));
+    options_.timeout_seconds = seconds;
+  }
+  double timeout_seconds() const override { return options_.timeout_seconds; }
 
   Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                    const std::vector<size_t>& recv_bytes) override {

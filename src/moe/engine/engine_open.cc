@@ -2,6 +2,7 @@
 // the decoder, the load statistics and the EP session.
 #include "moe/engine.h"
 
+#include <cmath>
 #include <omp.h>
 #include <sys/stat.h>
 
@@ -263,6 +264,10 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
+  if (!(options.comm_timeout_seconds >= 0 && std::isfinite(options.comm_timeout_seconds))) {
+    return invalid_argument("comm_timeout_seconds must be a finite number of seconds >= 0 (got " +
+                            std::to_string(options.comm_timeout_seconds) + ")");
+  }
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
   auto impl = std::make_unique<Impl>();
   impl->comm = options.comm;
@@ -307,7 +312,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     impl->rebalancer = std::make_unique<Rebalancer>(in);
   }
   impl->session = std::make_unique<EpSession>(impl->comm, impl.get(), &system_clock(),
-                                              EpSessionOptions{.rebalance_every = options.rebalance_every});
+                                              EpSessionOptions{.rebalance_every = options.rebalance_every,
+                                                               .steady_timeout_seconds = options.comm_timeout_seconds});
+  if (impl->comm != nullptr && impl->comm->rank() == 0 && options.comm_timeout_seconds > 0) {
+    impl->comm->set_timeout_seconds(options.comm_timeout_seconds);  // start-up is over for rank 0
+  }
   if (impl->comm != nullptr && impl->comm->rank() == 0) {
     EpSession* session = impl->session.get();
     impl->decoder->set_chunk_hook([session](int64_t m) { return session->announce_step(m); });

@@ -1,6 +1,7 @@
 // Process start-up under mpirun (include/moe/launch.h).
 #include "moe/launch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -63,6 +64,10 @@ StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& lau
     return invalid_argument("--comm-timeout must be a finite number of seconds > 0 (got " +
                             std::to_string(launch.comm_timeout_seconds) + ")");
   }
+  if (!(launch.startup_timeout_seconds > 0 && std::isfinite(launch.startup_timeout_seconds))) {
+    return invalid_argument("startup_timeout_seconds must be a finite number of seconds > 0 (got " +
+                            std::to_string(launch.startup_timeout_seconds) + ")");
+  }
   if (launch.ep == 1 && !launched_under_mpi()) return std::unique_ptr<Communicator>();
   if (!launched_under_mpi()) {
     return invalid_argument("--ep " + n + " needs " + n + " processes: run it as mpirun -np " + n + " moe " +
@@ -70,7 +75,7 @@ StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& lau
   }
   MpiOptions mo;
   mo.ranks_per_node = launch.ranks_per_node;
-  mo.timeout_seconds = launch.comm_timeout_seconds;
+  mo.timeout_seconds = std::max(launch.comm_timeout_seconds, launch.startup_timeout_seconds);
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, make_mpi_communicator(mo));
   if (comm->size() != launch.ep) {
     return invalid_argument("--ep " + n + " but mpirun started " + std::to_string(comm->size()) +
@@ -90,6 +95,7 @@ StatusOr<LaunchedEngine> launch_engine(EngineOptions options, const EpLaunchOpti
   out.rank = out.comm ? out.comm->rank() : 0;
   out.num_ranks = out.comm ? out.comm->size() : 1;
   options.comm = out.comm.get();
+  options.comm_timeout_seconds = launch.comm_timeout_seconds;
   auto engine = Engine::open(options);
   if (!engine.ok()) {
     if (!out.comm) return engine.status();

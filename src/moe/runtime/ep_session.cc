@@ -91,6 +91,9 @@ Status EpSession::run_worker() {
     // Rank 0 sends a header at least every idle heartbeat: a timeout here means it is
     // dead or stuck.
     MOE_RETURN_IF_ERROR(comm_->broadcast(header, sizeof(header), 0).with_context("waiting for rank 0's next step"));
+    if (options_.steady_timeout_seconds > 0 && comm_->timeout_seconds() != options_.steady_timeout_seconds) {
+      comm_->set_timeout_seconds(options_.steady_timeout_seconds);  // start-up is over
+    }
     switch (static_cast<EpStepKind>(header[0])) {
       case EpStepKind::kStop:
         ++counters_.stops;

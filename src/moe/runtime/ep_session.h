@@ -48,6 +48,9 @@ class EpStepRunner {
 
 struct EpSessionOptions {
   int rebalance_every = 0;  // decode steps between live rebalancings; 0 = never
+  // Workers: the communicator's deadline after rank 0's first header (the wait for that
+  // one keeps the longer start-up deadline the communicator was made with); 0 = keep it.
+  double steady_timeout_seconds = 0;
 };
 
 // Headers sent (rank 0) or received (workers) so far, by kind.
