@@ -94,6 +94,14 @@ SchedulerOptions scheduler_options(const ServeFlags& f) {
   return so;
 }
 
+int run_serve_worker_rank(Engine& engine, int rank) {
+  ::signal(SIGTERM, SIG_IGN);
+  ::signal(SIGINT, SIG_IGN);
+  Status st = engine.run_worker();
+  if (!st.ok()) return fail_rank(rank, st);
+  return 0;
+}
+
 namespace {
 
 int run_serve(const ServeFlags& f, const CLI::App& app) {
@@ -110,19 +118,8 @@ int run_serve(const ServeFlags& f, const CLI::App& app) {
   if (!opened.ok()) return fail_rank(-1, opened.status());
   Engine& engine = *opened.value().engine;
   const int rank = opened.value().rank;
-  if (rank != 0) {
-    // Workers follow rank 0, which stops them once its requests are done: a signal
-    // mpirun forwards must not end them first.
-    ::signal(SIGTERM, SIG_IGN);
-    ::signal(SIGINT, SIG_IGN);
-    Status st = engine.run_worker();
-    if (!st.ok()) return fail_rank(rank, st);
-    return 0;
-  }
-  struct StopWorkers {
-    Engine* e;
-    ~StopWorkers() { (void)e->stop_workers(); }
-  } stop_workers{&engine};
+  if (rank != 0) return run_serve_worker_rank(engine, rank);
+  StopWorkersOnExit stop_workers{&engine};
 
   const ModelInfo& info = engine.info();
   if (f.max_tokens_limit > info.max_context) {

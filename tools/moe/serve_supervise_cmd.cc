@@ -179,17 +179,8 @@ int run_worker_endpoint(const ServeFlags& f) {
   if (Status st = supervisor::publish_rank_pid(f.worker_endpoint, rank, ::getpid()); !st.ok()) {
     return fail("--worker-endpoint: " + st.message());
   }
-  if (rank != 0) {
-    ::signal(SIGTERM, SIG_IGN);  // rank 0 stops the workers
-    ::signal(SIGINT, SIG_IGN);
-    Status st = engine.run_worker();
-    if (!st.ok()) return fail_rank(rank, st);
-    return 0;
-  }
-  struct StopWorkers {
-    Engine* e;
-    ~StopWorkers() { (void)e->stop_workers(); }
-  } stop_workers{&engine};
+  if (rank != 0) return run_serve_worker_rank(engine, rank);
+  StopWorkersOnExit stop_workers{&engine};
   auto scheduler_or = Scheduler::create(&engine, scheduler_options(f));
   if (!scheduler_or.ok()) return fail(scheduler_or.status().message());
   Scheduler& scheduler = *scheduler_or.value();
