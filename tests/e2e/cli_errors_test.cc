@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include "contains_util.h"
 #include "moe/engine.h"
@@ -73,6 +75,14 @@ TEST(CliErrorsTest, MissingConfig) {
   std::filesystem::remove(dir.file("config.json"));
   auto r = moe_cmd("generate --model " + sh_quote(dir.path()) + " --prompt hi");
   expect_error_exit(r, {dir.file("config.json")});
+}
+
+// Issue 17: --threads 100000 crashed (a stack overflow in the OpenMP runtime). The
+// limit is 4 x the machine's hardware threads, named in the message.
+TEST(CliErrorsTest, AbsurdThreadCount) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  const std::string limit = std::to_string(4 * (hw > 0 ? hw : 64));
+  expect_error_exit(generate("--prompt hi --threads 100000"), {"--threads 100000", "(" + limit + ")"});
 }
 
 TEST(CliErrorsTest, EmptyPrompt) { expect_error_exit(generate("--prompt ''"), {"--prompt", "empty"}); }

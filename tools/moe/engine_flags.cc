@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <cstdio>
+#include <thread>
 
 #include "commands.h"
 #include "moe/comm/mpi_communicator.h"
@@ -69,6 +70,15 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
 std::string check_engine_flags(const EngineFlags& f) {
   const EngineOptions& o = f.options;
   if (o.num_threads < 0) return "--threads must be >= 0 (got " + std::to_string(o.num_threads) + ")";
+  // Far past the machine's hardware threads only slows the kernels, and the OpenMP
+  // runtime's per-thread stacks run out (100000 crashed in ops/linear; issue 17).
+  const unsigned hw = std::thread::hardware_concurrency();
+  const int max_threads = 4 * static_cast<int>(hw > 0 ? hw : 64);
+  if (o.num_threads > max_threads) {
+    return "--threads " + std::to_string(o.num_threads) + " is more than 4 x this machine's " +
+           std::to_string(max_threads / 4) + " hardware threads (" + std::to_string(max_threads) +
+           "); 0 = all cores";
+  }
   if (f.launch.ep < 1) return "--ep must be >= 1 (got " + std::to_string(f.launch.ep) + ")";
   if (o.max_nodes_per_token < 0) {
     return "--max-nodes-per-token must be >= 0 (got " + std::to_string(o.max_nodes_per_token) + ")";
