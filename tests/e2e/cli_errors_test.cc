@@ -124,6 +124,16 @@ TEST(CliErrorsTest, NegativeTemperature) {
 
 TEST(CliErrorsTest, NanTemperature) { expect_error_exit(generate("--prompt hi --temperature nan"), {"--temperature"}); }
 
+// Issue 17: --top-p 1e-300 is valid (it was refused as "got 0.000000"): its nucleus is
+// the most likely token alone, so a sampled run gives the greedy text.
+TEST(CliErrorsTest, TinyTopPIsValidAndKeepsOnlyTheTopToken) {
+  const CommandResult tiny = generate("--prompt ROMEO: --max-tokens 8 --temperature 0.9 --seed 5 --top-p 1e-300");
+  const CommandResult greedy = generate("--prompt ROMEO: --max-tokens 8 --temperature 0");
+  ASSERT_EQ(tiny.exit_code, 0) << tiny.output;
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  EXPECT_EQ(tiny.output.substr(0, tiny.output.find('[')), greedy.output.substr(0, greedy.output.find('[')));
+}
+
 TEST(CliErrorsTest, TopPZero) { expect_error_exit(generate("--prompt hi --top-p 0"), {"--top-p", "(0, 1]"}); }
 
 TEST(CliErrorsTest, TopPAboveOne) { expect_error_exit(generate("--prompt hi --top-p 1.5"), {"--top-p", "1.5"}); }

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 namespace moe::serve {
 namespace {
 
@@ -46,6 +48,15 @@ TEST(OpenAiProtocol, CompletionDefaultsFollowOpenAi) {
   EXPECT_FALSE(r.seq.sampling.seed.has_value());
   EXPECT_FALSE(r.stream);
   EXPECT_FALSE(r.include_usage);
+}
+
+// Issue 17: top_p 1e-300 is valid, but as a float it rounds to 0 and was refused ("got
+// 0.000000"). It becomes the smallest positive float: the same nucleus (the top token).
+TEST(OpenAiProtocol, TinyTopPIsAcceptedAsTheSmallestPositiveFloat) {
+  OpenAiRequest r;
+  ASSERT_FALSE(parse(kCmpl, R"({"model":"m","prompt":"x","top_p":1e-300})", &r));
+  EXPECT_GT(r.seq.sampling.top_p, 0.0f);
+  EXPECT_EQ(r.seq.sampling.top_p, std::numeric_limits<float>::denorm_min());
 }
 
 TEST(OpenAiProtocol, CompletionFields) {

@@ -1,13 +1,16 @@
 // moe generate: text from a prompt, streamed, or one JSON object with --format json.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "engine_flags.h"
 #include "moe/core/atomic_file.h"
+#include "moe/core/text_format.h"
 #include "moe/engine.h"
 #include "moe/stats/expert_load_stats.h"
 
@@ -20,7 +23,7 @@ struct GenerateFlags {
   int max_tokens = 128;
   float temperature = 0.8f;
   int top_k = 40;
-  float top_p = 0.95f;
+  double top_p = 0.95;  // parsed as double: 1e-300 is valid (see below)
   int64_t seed = -1;
   std::string format = "text";
   std::string logits_out;
@@ -32,11 +35,11 @@ int run_generate(const GenerateFlags& f) {
   if (f.max_tokens < 0) return fail("--max-tokens must be >= 0 (got " + std::to_string(f.max_tokens) + ")");
   // Sampling flags are checked here, before loading the model, so the message names the flag.
   if (!(f.temperature >= 0.0f) || !std::isfinite(f.temperature)) {
-    return fail("--temperature must be a finite number >= 0 (got " + std::to_string(f.temperature) + ")");
+    return fail("--temperature must be a finite number >= 0 (got " + format_g(f.temperature) + ")");
   }
   if (f.top_k < 0) return fail("--top-k must be >= 0 (got " + std::to_string(f.top_k) + ")");
-  if (!(f.top_p > 0.0f && f.top_p <= 1.0f)) {
-    return fail("--top-p must be in (0, 1] (got " + std::to_string(f.top_p) + ")");
+  if (!(f.top_p > 0.0 && f.top_p <= 1.0)) {
+    return fail("--top-p must be in (0, 1] (got " + format_g(f.top_p) + ")");
   }
   if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return fail(bad);
   auto opened = launch_engine_from_flags(f.engine, "generate");
@@ -64,7 +67,9 @@ int run_generate(const GenerateFlags& f) {
   req.max_tokens = f.max_tokens;
   req.sampling.temperature = f.temperature;
   req.sampling.top_k = f.top_k;
-  req.sampling.top_p = f.top_p;
+  // Below float's range it would round to 0: the smallest positive float keeps the same
+  // nucleus (the most likely token alone).
+  req.sampling.top_p = std::max(static_cast<float>(f.top_p), std::numeric_limits<float>::denorm_min());
   if (f.seed >= 0) req.sampling.seed = static_cast<uint64_t>(f.seed);
   req.return_prompt_logits = !f.logits_out.empty();
 

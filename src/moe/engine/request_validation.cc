@@ -2,14 +2,16 @@
 
 #include <cmath>
 
+#include "moe/core/text_format.h"
+
 namespace moe {
 
 Status validate_sampling(const SamplingParams& sp) {
   if (!(sp.temperature >= 0.0f) || !std::isfinite(sp.temperature)) {
-    return invalid_argument("temperature must be a finite number >= 0 (got " + std::to_string(sp.temperature) + ")");
+    return invalid_argument("temperature must be a finite number >= 0 (got " + format_g(sp.temperature) + ")");
   }
   if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) {
-    return invalid_argument("top_p must be in (0, 1] (got " + std::to_string(sp.top_p) + ")");
+    return invalid_argument("top_p must be in (0, 1] (got " + format_g(sp.top_p) + ")");
   }
   if (sp.top_k < 0) return invalid_argument("top_k must be >= 0 (got " + std::to_string(sp.top_k) + ")");
   return ok_status();

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <limits>
 #include <random>
 
@@ -251,7 +252,9 @@ std::optional<ApiError> parse_sampling(const json& body, SamplingParams* s) {
   if (auto e = read_int(body, "top_k", -1, std::numeric_limits<int>::max(), &top_k)) return e;
   if (auto e = read_int(body, "seed", INT64_MIN, INT64_MAX, &seed)) return e;
   s->temperature = temperature ? static_cast<float>(*temperature) : 1.0f;
-  s->top_p = top_p ? static_cast<float>(*top_p) : 1.0f;
+  // A valid top_p below float's range (1e-300) would round to 0 and be refused: the
+  // smallest positive float keeps the same nucleus (the most likely token alone).
+  s->top_p = top_p ? std::max(static_cast<float>(*top_p), std::numeric_limits<float>::denorm_min()) : 1.0f;
   s->top_k = top_k && *top_k > 0 ? static_cast<int>(*top_k) : 0;
   if (seed) s->seed = static_cast<uint64_t>(*seed);
   return std::nullopt;
