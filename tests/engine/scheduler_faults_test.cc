@@ -112,7 +112,13 @@ TEST(SchedulerFaults, VanishedPeerFailsEveryRequestInFlight) {
                                  ASSERT_TRUE(id.ok()) << id.status().message();
                                }
                                for (int i = 0; i < 3; ++i) results.push_back(r.wait(i));
-                               after = s.health();
+                               // The error events go out as run() fails; it then records the
+                               // failure: wait (bounded) for that.
+                               for (int i = 0; i < 1000; ++i) {
+                                 after = s.health();
+                                 if (after.state == "failed") break;
+                                 std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                               }
                                refused = s.submit(long_request("A", 4), [](SeqEvent&&) {}).status();
                              },
                              &worker);
@@ -160,7 +166,13 @@ TEST(SchedulerFaults, SlowPeerIsStalledWhileAStepRunsThenOk) {
                                  std::this_thread::sleep_for(std::chrono::milliseconds(5));
                                }
                                result = r.wait(0);
-                               end = s.health();
+                               // The final event comes from inside the last step, which
+                               // may still be finishing: wait (bounded) for it to end.
+                               for (int i = 0; i < 1000; ++i) {
+                                 end = s.health();
+                                 if (end.ok()) break;
+                                 std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                               }
                              },
                              &worker);
   EXPECT_TRUE(run.ok()) << run.to_string();
