@@ -4,6 +4,20 @@
 
 namespace moe::supervisor {
 
+std::vector<uint64_t> RequestJournal::ids_where(const std::function<bool(const Entry&)>& keep) const {
+  std::vector<std::pair<uint64_t, std::shared_ptr<Entry>>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all.assign(entries_.begin(), entries_.end());
+  }
+  std::vector<uint64_t> out;
+  for (auto& [id, e] : all) {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (keep(*e)) out.push_back(id);
+  }
+  return out;
+}
+
 std::shared_ptr<RequestJournal::Entry> RequestJournal::find(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(id);
@@ -68,17 +82,7 @@ bool RequestJournal::detach(uint64_t id) {
 }
 
 std::vector<uint64_t> RequestJournal::unattached() const {
-  std::vector<std::pair<uint64_t, std::shared_ptr<Entry>>> all;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    all.assign(entries_.begin(), entries_.end());
-  }
-  std::vector<uint64_t> out;
-  for (auto& [id, e] : all) {
-    std::lock_guard<std::mutex> lock(e->mu);
-    if (!e->finished && !e->cancelled && !e->attached) out.push_back(id);
-  }
-  return out;
+  return ids_where([](const Entry& e) { return !e.finished && !e.cancelled && !e.attached; });
 }
 
 bool RequestJournal::deliver(uint64_t id, int attempt, SeqEvent&& event) {
@@ -156,31 +160,11 @@ void RequestJournal::clear_deadline(uint64_t id) {
 }
 
 std::vector<uint64_t> RequestJournal::overdue(Clock::time_point now) const {
-  std::vector<std::pair<uint64_t, std::shared_ptr<Entry>>> all;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    all.assign(entries_.begin(), entries_.end());
-  }
-  std::vector<uint64_t> out;
-  for (auto& [id, e] : all) {
-    std::lock_guard<std::mutex> lock(e->mu);
-    if (!e->finished && e->deadline && *e->deadline <= now) out.push_back(id);
-  }
-  return out;
+  return ids_where([now](const Entry& e) { return !e.finished && e.deadline && *e.deadline <= now; });
 }
 
 std::vector<uint64_t> RequestJournal::unfinished() const {
-  std::vector<std::pair<uint64_t, std::shared_ptr<Entry>>> all;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    all.assign(entries_.begin(), entries_.end());
-  }
-  std::vector<uint64_t> out;
-  for (auto& [id, e] : all) {
-    std::lock_guard<std::mutex> lock(e->mu);
-    if (!e->finished) out.push_back(id);
-  }
-  return out;
+  return ids_where([](const Entry& e) { return !e.finished; });
 }
 
 size_t RequestJournal::size() const { return unfinished().size(); }

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -91,6 +92,8 @@ class RequestJournal {
     std::optional<Clock::time_point> deadline;
   };
   std::shared_ptr<Entry> find(uint64_t id) const;
+  // Ids (in entries_ order) of the entries for which keep(entry) holds, each read under its lock.
+  std::vector<uint64_t> ids_where(const std::function<bool(const Entry&)>& keep) const;
   void pass(Entry& e, SeqEvent&& event);  // e.mu held
 
   mutable std::mutex mu_;
