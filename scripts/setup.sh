@@ -14,6 +14,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin  # MPI backend of the communicator (src/moe/comm/)
+  libgloo-dev                 # Gloo backend of the communicator (re-forms after a peer dies)
   libcpp-httplib-dev          # HTTP server/client of `moe serve` and `moe bench serve`
   curl                        # serving tests
   python3                     # tests/architecture/layering_check.py

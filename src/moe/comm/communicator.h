@@ -1,8 +1,9 @@
 // Communicator: the collective operations expert parallelism needs, over a group of
 // ranks (processes under MPI, or threads in one process for tests).
 //
-// Backends: make_mpi_communicator() (Open MPI; comm/mpi_communicator.h) and
-// InProcessGroup (N threads sharing memory; comm/inproc_communicator.h).
+// Backends: make_mpi_communicator() (Open MPI; comm/mpi_communicator.h),
+// GlooCommunicator (TCP; survivors re-form after a peer dies; comm/gloo_communicator.h)
+// and InProcessGroup (N threads sharing memory; comm/inproc_communicator.h).
 // All errors are Status values: a dead or missing peer becomes Unavailable or
 // DeadlineExceeded after `timeout_seconds`, never a hang. On error, output buffers
 // hold unspecified data. One Communicator is used by one thread at a time.
@@ -82,6 +83,22 @@ class Communicator {
   // send() may return before the receiver has the data (small messages are buffered).
   virtual Status send(const void* data, size_t bytes, int dest, int tag) = 0;
   virtual Status recv(void* data, size_t bytes, int source, int tag) = 0;
+
+  // Re-forming after a peer's failure (backends that can: Gloo, comm/gloo_communicator.h).
+  // Every survivor calls reform() after an operation failed (Unavailable or
+  // DeadlineExceeded); on success this object stays, with the survivors' rank() and size().
+  // An error means this rank is out (it must exit). Others: FailedPrecondition.
+  virtual bool can_reform() const { return false; }
+  virtual Status reform(double join_seconds) {
+    (void)join_seconds;
+    return failed_precondition("the " + backend() + " communicator cannot re-form after a failure");
+  }
+  // World rank (rank at creation) of each current rank: 0..size-1 until a reform.
+  virtual std::vector<int> world_ranks() const {
+    std::vector<int> w(static_cast<size_t>(size()));
+    for (int r = 0; r < size(); ++r) w[static_cast<size_t>(r)] = r;
+    return w;
+  }
 };
 
 }  // namespace moe
