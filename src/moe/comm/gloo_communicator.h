@@ -19,10 +19,11 @@
 // Failures: every operation is bounded by timeout_seconds and never hangs. A peer whose
 // process died (its sockets closed) makes the operations that involve it fail at once
 // with Unavailable ("Connection closed by peer"); a stalled peer (SIGSTOP) makes them
-// fail with DeadlineExceeded after the timeout. Gloo closes all connections of a rank
-// whose operation failed or timed out, so its other peers fail in turn (Unavailable):
-// after any failure every survivor learns of it within about one timeout. After a
-// failure the communicator is broken (every call returns Unavailable) until reform().
+// fail with DeadlineExceeded after the timeout. A rank whose operation failed closes
+// all its connections at once, so its other peers' operations fail in turn within
+// milliseconds (Unavailable): every survivor learns of a death at its next operation,
+// of a stall within about one timeout. After a failure the communicator is broken
+// (every call returns Unavailable, without touching the network) until reform().
 // Unlike the MPI backend, a timed-out recv() breaks it too. Gloo's exceptions never
 // escape: each becomes a Status naming the operation and, where known, the peer rank.
 //
