@@ -280,6 +280,23 @@ TEST(GlooCommunicator, SilentPeerIsDeadlineExceededWithinTheTimeout) {
   EXPECT_CONTAINS(later.message(), "gloo barrier");
 }
 
+// ialltoallv runs the exchange at issue: a failed one comes back from the request's
+// wait() (and test()); once broken, the next one is refused at issue.
+TEST(GlooCommunicator, IalltoallvFailureComesFromTheRequest) {
+  Group g(2, 0.3);
+  ASSERT_TRUE(g.ok());
+  GlooCommunicator& c = *g.world(0);
+  const std::vector<size_t> bytes = {4, 4};
+  std::vector<unsigned char> send(8, 1), recv(8, 0);
+  auto req = c.ialltoallv(send.data(), bytes, recv.data(), bytes);  // rank 1 never joins
+  ASSERT_TRUE(req.ok()) << req.status().to_string();
+  EXPECT_EQ((*req)->wait().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*req)->test().status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_CONTAINS((*req)->wait().message(), "no data yet from rank(s) 1");
+  auto next = c.ialltoallv(send.data(), bytes, recv.data(), bytes);
+  EXPECT_EQ(next.status().code(), StatusCode::kUnavailable);
+}
+
 TEST(GlooCommunicator, RecvFromSilentPeerNamesItAndTimesOut) {
   Group g(2, 0.4);
   ASSERT_TRUE(g.ok());

@@ -373,8 +373,10 @@ Status GlooCommunicator::alltoallv(const void* send, const std::vector<size_t>& 
 StatusOr<std::unique_ptr<CommRequest>> GlooCommunicator::ialltoallv(const void* send,
                                                                     const std::vector<size_t>& send_bytes, void* recv,
                                                                     const std::vector<size_t>& recv_bytes) {
+  // Refused at issue, like the MPI backend: bad arguments, or a broken communicator.
+  MOE_RETURN_IF_ERROR(s_->check_usable("ialltoallv"));
   Status st = s_->alltoallv("ialltoallv", send, send_bytes, recv, recv_bytes);
-  if (st.code() == StatusCode::kInvalidArgument) return st;  // refused at issue, like the MPI backend
+  if (st.code() == StatusCode::kInvalidArgument) return st;
   return std::unique_ptr<CommRequest>(std::make_unique<CompletedRequest>(std::move(st)));
 }
 
