@@ -23,6 +23,7 @@
 
 #include "comm/comm_test_util.h"
 #include "contains_util.h"
+#include "moe/comm/faulty_communicator.h"
 #include "moe/comm/inproc_communicator.h"
 #include "test_util.h"
 
@@ -260,6 +261,10 @@ TEST(GlooCommunicator, NodesFollowWorldRanks) {
   EXPECT_EQ(c.node_of(3), -1);
   EXPECT_EQ(c.world_ranks(), (std::vector<int>{0, 1, 2}));
   EXPECT_TRUE(c.can_reform());
+  FaultyCommunicator wrapped(c, FaultPlan{});  // forwards the re-forming calls
+  EXPECT_TRUE(wrapped.can_reform());
+  EXPECT_EQ(wrapped.world_ranks(), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(wrapped.reform(-1).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(GlooCommunicator, SilentPeerIsDeadlineExceededWithinTheTimeout) {
