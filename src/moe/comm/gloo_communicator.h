@@ -99,6 +99,10 @@ class GlooCommunicator final : public Communicator {
   // list "gen<g+1>/members"; every other survivor checks in and waits (up to join_seconds
   // + timeout) for that list. Then all rendezvous a new gloo context under the prefix
   // "gen<g+1>", ranks renumbered in world-rank order (rank 0 stays rank 0).
+  // join_seconds: how long a survivor may take to notice the failure and call reform()
+  // after rank 0 did; a failing rank closes its connections, so survivors blocked in an
+  // operation notice within milliseconds, but one busy computing notices only at its
+  // next operation: allow at least one step's compute time.
   // Errors: Unavailable if no list came in time or this rank is not in it (it must exit);
   // DeadlineExceeded if the new rendezvous does not complete within the timeout;
   // InvalidArgument for join_seconds not finite or < 0. After an error the communicator
