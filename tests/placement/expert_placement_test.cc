@@ -75,7 +75,7 @@ TEST(ExpertPlacementTest, LostExpertsOnlyWhenAllowed) {
   EXPECT_FALSE(p.is_lost(3));
   EXPECT_EQ(p.alive_mask(), (std::vector<uint8_t>{1, 0, 0, 1}));
   EXPECT_EQ(p.rank_of(0), 0);
-  EXPECT_EQ(p.rank_of(1), -1);  // no .front() of an empty list
+  EXPECT_DEATH((void)p.rank_of(1), "MOE_CHECK");  // never .front() of an empty list
   EXPECT_TRUE(p.replicas(2).empty());
   EXPECT_EQ(p.replicas(3), (std::vector<int>{0, 1}));
   EXPECT_TRUE(p.has_replicas());

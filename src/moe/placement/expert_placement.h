@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "moe/core/check.h"
 #include "moe/status.h"
 
 namespace moe {
@@ -49,10 +50,12 @@ class ExpertPlacement {
 
   int num_experts() const { return static_cast<int>(replicas_.size()); }
   int num_ranks() const { return num_ranks_; }
-  // The first (lowest) rank holding `expert`; -1 for a lost expert.
+  // The first (lowest) rank holding `expert`. The expert must not be lost (MOE_CHECK:
+  // a caller that may meet lost experts checks is_lost first).
   int rank_of(int expert) const {
     const auto& reps = replicas_[static_cast<size_t>(expert)];
-    return reps.empty() ? -1 : reps.front();
+    MOE_CHECK(!reps.empty());
+    return reps.front();
   }
   // Ranks holding `expert`, ascending (empty for a lost expert).
   const std::vector<int>& replicas(int expert) const { return replicas_[static_cast<size_t>(expert)]; }
