@@ -4,6 +4,7 @@
 
 #include "moe/moe/dispatch_layout.h"
 #include "moe/placement/expert_placement.h"
+#include "moe/placement/replica_choice.h"
 
 #include <cmath>
 
@@ -120,6 +121,31 @@ TEST(DispatchLayout, ExpertIdOutOfRangeIsRejected) {
   Status st = compute_dispatch_layout({topk, w, 1, 2}, ExpertPlacement::contiguous(8, 2), &L);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("expert id 8 outside [0, 8)"), std::string::npos) << st.message();
+}
+
+TEST(DispatchLayout, LostExpertIsRejectedWithAndWithoutReplicaChoice) {
+  // Expert 2 is on no rank (lost); expert 1 on ranks 0 and 1.
+  const ExpertPlacement p = ExpertPlacement::from_rank_slots({{0, 1}, {1, 3}}, 4, LostExperts::kAllow).value();
+  const int topk[] = {0, 1, 3, 2};
+  const float w[] = {0.5f, 0.5f, 0.5f, 0.5f};
+  DispatchLayout L;
+  Status st = compute_dispatch_layout({topk, w, 2, 2}, p, &L);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("token 1 slot 1: expert 2 is lost"), std::string::npos) << st.message();
+  int assign[4];
+  std::vector<int64_t> load;
+  choose_replicas(p, topk, 2, 2, 0, {0, 0}, &load, assign);
+  EXPECT_EQ(assign[3], -1);  // no replica to choose
+  EXPECT_EQ(assign[2], 1);
+  st = compute_dispatch_layout({topk, w, 2, 2}, p, &L, assign);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("expert 2 is lost"), std::string::npos) << st.message();
+  // Without the lost expert the same placement dispatches normally.
+  const int ok_topk[] = {0, 1, 3, 1};
+  choose_replicas(p, ok_topk, 2, 2, 0, {0, 0}, &load, assign);
+  ASSERT_TRUE(compute_dispatch_layout({ok_topk, w, 2, 2}, p, &L, assign).ok());
+  EXPECT_EQ(L.num_tokens_per_expert, (std::vector<int>{1, 2, 0, 1}));
 }
 
 TEST(DispatchLayout, PermutedPlacementSendsToTheMappedRank) {

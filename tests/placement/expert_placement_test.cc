@@ -57,5 +57,46 @@ TEST(ExpertPlacementTest, LayerPlanRoundTrip) {
   EXPECT_CONTAINS(st.status().message(), "expert 2 on no rank");
 }
 
+TEST(ExpertPlacementTest, LostExpertsOnlyWhenAllowed) {
+  const std::vector<std::vector<int>> slots{{0, 3}, {3}, {}};  // experts 1 and 2 on no rank
+  auto refused = ExpertPlacement::from_rank_slots(slots, 4);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_CONTAINS(refused.status().message(), "expert 1 on no rank");
+  auto refused_explicitly = ExpertPlacement::from_rank_slots(slots, 4, LostExperts::kRefuse);
+  ASSERT_FALSE(refused_explicitly.ok());
+
+  const ExpertPlacement p = ExpertPlacement::from_rank_slots(slots, 4, LostExperts::kAllow).value();
+  EXPECT_EQ(p.num_ranks(), 3);
+  EXPECT_EQ(p.num_lost(), 2);
+  EXPECT_EQ(p.lost_experts(), (std::vector<int>{1, 2}));
+  EXPECT_FALSE(p.is_lost(0));
+  EXPECT_TRUE(p.is_lost(1));
+  EXPECT_TRUE(p.is_lost(2));
+  EXPECT_FALSE(p.is_lost(3));
+  EXPECT_EQ(p.alive_mask(), (std::vector<uint8_t>{1, 0, 0, 1}));
+  EXPECT_EQ(p.rank_of(0), 0);
+  EXPECT_DEATH((void)p.rank_of(1), "MOE_CHECK");  // never .front() of an empty list
+  EXPECT_TRUE(p.replicas(2).empty());
+  EXPECT_EQ(p.replicas(3), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(p.has_replicas());
+  EXPECT_EQ(p.replica_counts(), (std::vector<int>{1, 0, 0, 2}));
+  EXPECT_EQ(p.rank_slots(), slots);
+  EXPECT_EQ(p.experts_on(2), std::vector<int>{});
+  EXPECT_EQ(p.max_experts_per_rank(), 2);
+  // The other checks still apply.
+  auto bad = ExpertPlacement::from_rank_slots({{0, 0}}, 2, LostExperts::kAllow);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_CONTAINS(bad.status().message(), "expert 0 twice on rank 0");
+  auto out_of_range = ExpertPlacement::from_rank_slots({{5}}, 2, LostExperts::kAllow);
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_CONTAINS(out_of_range.status().message(), "expert 5 on rank 0");
+  // A plan file's layer keeps refusing a lost expert (layer_placement, above), and a
+  // placement without lost experts reports none.
+  const ExpertPlacement c = ExpertPlacement::contiguous(8, 3);
+  EXPECT_EQ(c.num_lost(), 0);
+  EXPECT_TRUE(c.lost_experts().empty());
+  EXPECT_EQ(c.alive_mask(), std::vector<uint8_t>(8, 1));
+}
+
 }  // namespace
 }  // namespace moe

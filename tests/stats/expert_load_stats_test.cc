@@ -188,13 +188,15 @@ TEST(ExpertLoadStatsTest, JsonHasExactlyTheDocumentedShape) {
   std::set<std::string> lkeys;
   for (auto& [k, v] : l0.items()) lkeys.insert(k);
   EXPECT_EQ(lkeys, (std::set<std::string>{"layer", "tokens_per_expert", "ema", "dropped", "rerouted", "steps",
-                                          "imbalance"}));
+                                          "degraded_tokens", "degraded_per_expert", "imbalance"}));
   EXPECT_EQ(l0["layer"], 2);
   EXPECT_EQ(l0["tokens_per_expert"], json::array({1, 2, 3}));
   EXPECT_EQ(l0["ema"], json::array({1.0, 2.0, 3.0}));
   EXPECT_EQ(l0["dropped"], 4);
   EXPECT_EQ(l0["rerouted"], 5);
   EXPECT_EQ(l0["steps"], 1);
+  EXPECT_EQ(l0["degraded_tokens"], 0);
+  EXPECT_EQ(l0["degraded_per_expert"], json::array({0, 0, 0}));
   EXPECT_DOUBLE_EQ(l0["imbalance"].get<double>(), 1.5);
   EXPECT_EQ(j["layers"][1]["layer"], 5);
   EXPECT_DOUBLE_EQ(j["layers"][1]["imbalance"].get<double>(), 3.0);
@@ -221,6 +223,63 @@ TEST(ExpertLoadStatsTest, JsonRoundTrip) {
     }
     EXPECT_EQ(back->to_json_string(), s.to_json_string());
   }
+}
+
+// Degraded mode (an expert lost with its rank): per-layer totals, per-expert totals,
+// merge, clear, JSON round trip, older files without the fields, and bad fields.
+TEST(ExpertLoadStatsTest, DegradedTokens) {
+  ExpertLoadStats s = make({1, 4}, 3);
+  const std::vector<int64_t> counts{2, 0, 4}, wanted{0, 3, 0}, wanted2{1, 2, 0};
+  s.record_step(1, counts.data(), 0, 0, 3, wanted.data());
+  s.record_step(1, counts.data(), 0, 0, 2, wanted2.data());
+  s.record_step(4, counts.data(), 1, 0);  // not degraded: the defaults
+  EXPECT_EQ(s.degraded_tokens(1), 5);
+  EXPECT_EQ(s.degraded_per_expert(1), (std::vector<int64_t>{1, 5, 0}));
+  EXPECT_EQ(s.degraded_tokens(4), 0);
+  EXPECT_EQ(s.degraded_per_expert(4), (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(s.tokens_per_expert(1), (std::vector<int64_t>{4, 0, 8}));  // unchanged by degraded counts
+
+  ExpertLoadStats other = make({1, 4}, 3);
+  other.record_step(4, counts.data(), 0, 0, 7, wanted.data());
+  ASSERT_TRUE(s.merge(other).ok());
+  EXPECT_EQ(s.degraded_tokens(1), 5);
+  EXPECT_EQ(s.degraded_tokens(4), 7);
+  EXPECT_EQ(s.degraded_per_expert(4), (std::vector<int64_t>{0, 3, 0}));
+
+  const json j = json::parse(s.to_json_string());
+  EXPECT_EQ(j["layers"][0]["degraded_tokens"], 5);
+  EXPECT_EQ(j["layers"][0]["degraded_per_expert"], json::array({1, 5, 0}));
+  auto back = ExpertLoadStats::parse_json(s.to_json_string(2), "d.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->degraded_tokens(4), 7);
+  EXPECT_EQ(back->degraded_per_expert(1), (std::vector<int64_t>{1, 5, 0}));
+  EXPECT_EQ(back->to_json_string(), s.to_json_string());
+
+  // A file from before degraded mode reads as zeros.
+  auto old = ExpertLoadStats::parse_json(R"({"layers": [{"tokens_per_expert": [1, 2]}]})", "old.json");
+  ASSERT_TRUE(old.ok()) << old.status().to_string();
+  EXPECT_EQ(old->degraded_tokens(0), 0);
+  EXPECT_EQ(old->degraded_per_expert(0), (std::vector<int64_t>{0, 0}));
+  auto sglang = ExpertLoadStats::parse_json(R"({"logical_count": [[1, 2]]})", "sg.json");
+  ASSERT_TRUE(sglang.ok()) << sglang.status().to_string();
+  EXPECT_EQ(sglang->degraded_per_expert(0), (std::vector<int64_t>{0, 0}));
+
+  auto short_row = ExpertLoadStats::parse_json(
+      R"({"layers": [{"tokens_per_expert": [1, 2], "degraded_per_expert": [1]}]})", "bad.json");
+  ASSERT_FALSE(short_row.ok());
+  EXPECT_CONTAINS(short_row.status().message(), "bad.json: layers[0].degraded_per_expert has 1 entries");
+  auto negative = ExpertLoadStats::parse_json(
+      R"({"layers": [{"tokens_per_expert": [1, 2], "degraded_per_expert": [1, -1]}]})", "bad.json");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_CONTAINS(negative.status().message(), "layers[0].degraded_per_expert[1]");
+  auto bad_total = ExpertLoadStats::parse_json(R"({"layers": [{"tokens_per_expert": [1, 2], "degraded_tokens": -3}]})",
+                                               "bad.json");
+  ASSERT_FALSE(bad_total.ok());
+  EXPECT_CONTAINS(bad_total.status().message(), "degraded_tokens");
+
+  s.clear();
+  EXPECT_EQ(s.degraded_tokens(1), 0);
+  EXPECT_EQ(s.degraded_per_expert(1), (std::vector<int64_t>{0, 0, 0}));
 }
 
 TEST(ExpertLoadStatsTest, FileRoundTripAndMissingFile) {

@@ -84,13 +84,21 @@ Status apply_capacity(const CapacityOptions& options, Communicator* comm, int nu
   const int R = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
   const size_t E = static_cast<size_t>(num_experts);
   const int64_t n_assign = num_tokens * top_k;
-  // This rank's assignments per expert, then its token count; gathered from all ranks.
-  std::vector<int64_t> local(E + 1, 0);
+  // This rank's assignments per expert, its token count, its degraded tokens per
+  // expert and its degraded tokens ([E + 1 + E + 1]); gathered from all ranks (always
+  // the same size, so ranks agree on the exchange whatever their placements say).
+  const size_t W = 2 * E + 2;
+  std::vector<int64_t> local(W, 0);
   for (int64_t i = 0; i < n_assign; ++i) {
     if (topk_idx[i] >= 0) ++local[static_cast<size_t>(topk_idx[i])];
   }
   local[E] = num_tokens;
-  std::vector<int64_t> all(static_cast<size_t>(R) * (E + 1));
+  if (counts->degraded_per_expert.size() == E) {
+    std::copy(counts->degraded_per_expert.begin(), counts->degraded_per_expert.end(),
+              local.begin() + static_cast<int64_t>(E) + 1);
+  }
+  local[W - 1] = counts->degraded_tokens;
+  std::vector<int64_t> all(static_cast<size_t>(R) * W);
   if (comm != nullptr) {
     MOE_RETURN_IF_ERROR(comm->allgather(local.data(), local.size() * sizeof(int64_t), all.data()));
   } else {
@@ -98,12 +106,16 @@ Status apply_capacity(const CapacityOptions& options, Communicator* comm, int nu
   }
   std::vector<int64_t> total(E, 0), before(E, 0);
   counts->global_tokens = 0;
+  counts->degraded_tokens = 0;
+  counts->degraded_per_expert.assign(E, 0);
   for (int r = 0; r < R; ++r) {
-    const int64_t* row = all.data() + static_cast<size_t>(r) * (E + 1);
+    const int64_t* row = all.data() + static_cast<size_t>(r) * W;
     counts->global_tokens += row[E];
+    counts->degraded_tokens += row[W - 1];
     for (size_t e = 0; e < E; ++e) {
       total[e] += row[e];
       if (r < me) before[e] += row[e];
+      counts->degraded_per_expert[e] += row[E + 1 + e];
     }
   }
   counts->tokens_per_expert = total;

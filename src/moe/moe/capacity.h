@@ -55,9 +55,16 @@ struct StepRoutingCounts {
   int64_t capacity = -1;  // -1 when dropless
   int64_t dropped = 0;    // assignments skipped
   int64_t rerouted = 0;   // assignments moved to another expert
+  // Degraded mode (router.h): tokens whose all-alive top-k held a dead (lost) expert,
+  // and per expert how many of them wanted it ([num_experts], 0 for live experts).
+  int64_t degraded_tokens = 0;
+  std::vector<int64_t> degraded_per_expert;
 };
 
-// Applies `options` to this rank's routing in place and fills `counts`.
+// Applies `options` to this rank's routing in place and fills `counts`. Degraded counts
+// are in-out: on entry counts->degraded_tokens / degraded_per_expert hold this rank's
+// router counts (RouterDegradedCounts; an empty degraded_per_expert = none), on return
+// their sums over the group.
 //   routing: topk_idx, topk_weights [num_tokens, num_topk] (router output, best first),
 //            rewritten in place; routing.ranked [num_tokens, num_experts] (route_topk's
 //            selection order, -1 padded) is required for kReroute, else may be null

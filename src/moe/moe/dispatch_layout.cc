@@ -37,6 +37,10 @@ Status compute_dispatch_layout(const TopkRoutingView& routing, const ExpertPlace
                                   " and " + std::to_string(j) + ")");
         }
       }
+      if (placement.is_lost(e)) {
+        return invalid_argument("token " + std::to_string(t) + " slot " + std::to_string(j) + ": expert " +
+                                std::to_string(e) + " is lost (no live replica); the router must not select it");
+      }
       ++L->num_tokens_per_expert[static_cast<size_t>(e)];
       const int r = dest(static_cast<int64_t>(t) * top_k + j, e);
       uint8_t& in = L->is_token_in_rank[static_cast<size_t>(t) * num_ranks + r];

@@ -36,8 +36,8 @@ inline constexpr int kDroppedExpert = -1;
 
 // routing: topk_idx, topk_weights [num_tokens, num_topk]; kDroppedExpert entries are
 // skipped (a token with all its assignments dropped is sent nowhere). InvalidArgument
-// (naming the token, slot and expert) for an expert id outside [0, num_experts) or
-// listed twice in one row; `layout` is then left unspecified. Deterministic: depends
+// (naming the token, slot and expert) for an expert id outside [0, num_experts),
+// listed twice in one row, or lost (no replica in `placement`); `layout` is then left unspecified. Deterministic: depends
 // only on the inputs.
 // assign_rank: optional [num_tokens, num_topk] rank that computes each assignment (the
 // replica chosen by choose_replicas, which must hold the expert); nullptr = each

@@ -189,6 +189,9 @@ Status ep_hierarchical_forward(const MoeLayerArgs& args, const TopkRoutingView& 
       if (e < 0 || e >= E) {
         routing = invalid_argument("token " + std::to_string(t) + " slot " + std::to_string(j) + ": expert id " +
                                    std::to_string(e) + " outside [0, " + std::to_string(E) + ")");
+      } else if (placement.is_lost(e)) {
+        routing = invalid_argument("token " + std::to_string(t) + " slot " + std::to_string(j) + ": expert " +
+                                   std::to_string(e) + " is lost (no live replica); the router must not select it");
       }
       for (int i = 0; i < j && routing.ok(); ++i) {
         if (topk_idx[t * k + i] == e) {

@@ -41,6 +41,7 @@ struct EpWorkspace {
   std::vector<float> row;  // one returned row, unpacked
   std::vector<int> expert_node;  // [num_experts] node of each expert (node-limited routing)
   std::vector<int> rank_node;    // [num_ranks] node of each rank
+  std::vector<uint8_t> alive;    // [num_experts] degraded mode: 0 = lost expert
   std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> hier = make_hier_workspace();
 };
 
@@ -325,17 +326,38 @@ Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& ro
 
 Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws, EpTimings* timings) {
   const ModelConfig& config = args.config;
+  const int E = config.router.num_experts;
+  if (ctx.placement.num_experts() != E) {
+    return invalid_argument("the expert placement has " + std::to_string(ctx.placement.num_experts()) +
+                            " experts but the model layer has " + std::to_string(E));
+  }
+  // Degraded mode: lost experts are never selected. Every rank holds the same
+  // placement, so every rank fails here alike, before any exchange.
+  const int lost = ctx.placement.num_lost();
+  const uint8_t* alive = nullptr;
+  if (lost > 0) {
+    if (E - lost < config.router.top_k) {
+      return failed_precondition((ctx.layer_id >= 0 ? "layer " + std::to_string(ctx.layer_id) : std::string("MoE layer")) +
+                                 ": only " + std::to_string(E - lost) + " of " + std::to_string(E) +
+                                 " experts have a live replica, fewer than top_k = " +
+                                 std::to_string(config.router.top_k) + " (" + std::to_string(lost) + " lost)");
+    }
+    ws->alive.resize(static_cast<size_t>(E));  // (no allocation after the first degraded step)
+    for (int e = 0; e < E; ++e) ws->alive[static_cast<size_t>(e)] = ctx.placement.is_lost(e) ? 0 : 1;
+    alive = ws->alive.data();
+  }
   const int max_nodes = ctx.options.max_nodes_per_token;
   NodeLimit limit;
   std::vector<int>& expert_node = ws->expert_node;
   if (max_nodes > 0 && max_nodes < ctx.comm->num_nodes()) {
     expert_node.resize(static_cast<size_t>(config.router.num_experts));
     for (int e = 0; e < config.router.num_experts; ++e) {
-      expert_node[static_cast<size_t>(e)] = ctx.comm->node_of(ctx.placement.rank_of(e));
+      // A lost expert is masked by the router; its node does not matter.
+      expert_node[static_cast<size_t>(e)] = ctx.placement.is_lost(e) ? 0 : ctx.comm->node_of(ctx.placement.rank_of(e));
     }
     limit = NodeLimit{expert_node.data(), ctx.comm->num_nodes(), max_nodes};
   }
-  const RouteOptions route{ctx.options.capacity, ctx.comm, limit.expert_node ? &limit : nullptr};
+  const RouteOptions route{ctx.options.capacity, ctx.comm, limit.expert_node ? &limit : nullptr, alive};
   MOE_RETURN_IF_ERROR(route_tokens(args, route, &ws->moe));
   return ep_moe_forward_routed(args, ws->moe.routing(args.num_tokens(), config.router.top_k), ctx, ws, timings);
 }

@@ -46,10 +46,14 @@ struct EpOptions {
 // (placements differ per layer once rebalanced); the mutable per-caller state, the
 // EpWorkspace and the EpTimings, is passed beside it so that one context can serve
 // several decoders and one workspace every layer.
+// A placement with lost experts (ExpertPlacement::is_lost) runs the layer in degraded
+// mode: the router never selects a lost expert (router.h) and the step's routing counts
+// report the degraded tokens.
 struct EpContext {
   Communicator* comm = nullptr;  // not owned
   ExpertPlacement placement;
   EpOptions options;
+  int layer_id = -1;  // the model layer this context serves, for error messages (-1: unknown)
 };
 
 // Time spent, summed over calls (seconds), for the overlap report.
@@ -78,8 +82,10 @@ EpWorkspacePtr make_ep_workspace(const ModelConfig& config, const EpContext& ctx
 // args.x: [num_tokens, hidden] f32; args.out: [num_tokens, hidden] f32, overwritten
 // (num_tokens may be 0, with null data). Collective: every rank of ctx.comm must call
 // it, in the same layer order. Errors: InvalidArgument for a bad routing
-// (duplicate/out-of-range expert), communication errors as returned by the
-// communicator (DeadlineExceeded for a missing peer). timings (optional) accumulates.
+// (duplicate/out-of-range/lost expert), FailedPrecondition (on every rank, before any
+// exchange) when the placement has fewer live experts than top_k, communication errors
+// as returned by the communicator (DeadlineExceeded for a missing peer). timings
+// (optional) accumulates.
 Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws, EpTimings* timings = nullptr);
 
 // The global routing counts of the last ep_moe_forward on this workspace (identical

@@ -13,6 +13,8 @@ void MoeWorkspace::reserve(const ModelConfig& config, int64_t max_tokens) {
   topk_weights.reserve(n * k);
   ranked.reserve(n * E);  // used only under the reroute policy (address space until then)
   counts.tokens_per_expert.reserve(E);
+  counts.degraded_per_expert.reserve(E);
+  degraded.wanted_dead.reserve(E);
   experts.reserve(config, max_tokens);
 }
 
@@ -32,15 +34,22 @@ Status route_tokens(const MoeLayerArgs& args, const RouteOptions& options, MoeWo
   if (num_tokens > 0) {
     linear(args.x_data(), num_tokens, layer.router, ws->router_logits.data(), ws->kernel);  // [num_tokens, num_experts]
     const RouterInputs in{ws->router_logits.data(), layer.score_bias.empty() ? nullptr : layer.score_bias.data(),
-                          options.node_limit};
-    route_topk(rc, in, routing);
+                          options.node_limit, options.expert_alive};
+    route_topk(rc, in, routing, &ws->degraded);
+  } else {
+    ws->degraded.degraded_tokens = 0;
+    ws->degraded.wanted_dead.assign(E, 0);
   }
+  // This rank's degraded counts in; apply_capacity sums them over the group.
+  ws->counts.degraded_tokens = ws->degraded.degraded_tokens;
+  ws->counts.degraded_per_expert.assign(ws->degraded.wanted_dead.begin(), ws->degraded.wanted_dead.end());
   return apply_capacity(options.capacity, options.comm, rc.num_experts, routing, &ws->counts);
 }
 
-void moe_forward(const MoeLayerArgs& args, MoeWorkspace* ws, const CapacityOptions& capacity) {
+void moe_forward(const MoeLayerArgs& args, MoeWorkspace* ws, const CapacityOptions& capacity,
+                 const uint8_t* expert_alive) {
   check_moe_layer_args(args);
-  const Status st = route_tokens(args, RouteOptions{capacity, nullptr, nullptr}, ws);
+  const Status st = route_tokens(args, RouteOptions{capacity, nullptr, nullptr, expert_alive}, ws);
   MOE_CHECK(st.ok());  // without a communicator nothing can fail
   ws->experts.kernel = ws->kernel;
   grouped_expert_ffn(args, ws->routing(args.num_tokens(), args.config.router.top_k), &ws->experts);

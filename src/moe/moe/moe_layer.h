@@ -26,6 +26,7 @@ struct MoeWorkspace {
   std::vector<float> router_logits, topk_weights;
   std::vector<int> topk_idx, ranked;
   StepRoutingCounts counts;  // the last step's global routing counts (for load statistics)
+  RouterDegradedCounts degraded;  // the last step's router counts on this rank (scratch)
   ExpertWorkspace experts;
   KernelOptions kernel;  // how the router and expert projections run (set by the owner)
 
@@ -42,18 +43,21 @@ struct RouteOptions {
   CapacityOptions capacity;               // overflow policy over the group
   Communicator* comm = nullptr;           // the EP group; nullptr: this process alone
   const NodeLimit* node_limit = nullptr;  // optional node-limited routing
+  const uint8_t* expert_alive = nullptr;  // optional [num_experts] degraded mode (router.h); >= top_k alive
 };
 
 // Routes the rows of args.x [num_tokens, hidden]: router logits, route_topk (with the
-// layer's score bias and the optional node limit), then the capacity policy over the
+// layer's score bias, the optional node limit and alive mask), then the capacity policy over the
 // EP group options.comm. Fills ws->topk_idx / topk_weights [num_tokens, top_k] (see
 // ws->routing()) and ws->counts; args.out is not touched. Collective when comm is set
 // (every rank calls it, possibly with 0 tokens). Errors: communication errors.
 Status route_tokens(const MoeLayerArgs& args, const RouteOptions& options, MoeWorkspace* ws);
 
 // args.out = the MoE block of args.x (both [num_tokens, hidden] f32), under the
-// capacity policy `capacity` over this process's batch. Every expert used must be
-// loaded. Not thread-safe per workspace.
-void moe_forward(const MoeLayerArgs& args, MoeWorkspace* ws, const CapacityOptions& capacity = {});
+// capacity policy `capacity` over this process's batch, in degraded mode when
+// `expert_alive` ([num_experts], at least top_k nonzero) is given. Every expert used
+// must be loaded. Not thread-safe per workspace.
+void moe_forward(const MoeLayerArgs& args, MoeWorkspace* ws, const CapacityOptions& capacity = {},
+                 const uint8_t* expert_alive = nullptr);
 
 }  // namespace moe

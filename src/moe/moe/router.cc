@@ -71,7 +71,15 @@ struct BucketLimiter {
 
 }  // namespace
 
-void route_topk(const RouterConfig& cfg, const RouterInputs& in, const TopkRouting& out) {
+int count_alive_experts(const uint8_t* expert_alive, int num_experts) {
+  if (expert_alive == nullptr) return num_experts;
+  int n = 0;
+  for (int e = 0; e < num_experts; ++e) n += expert_alive[e] != 0;
+  return n;
+}
+
+void route_topk(const RouterConfig& cfg, const RouterInputs& in, const TopkRouting& out,
+                RouterDegradedCounts* degraded) {
   const float* logits = in.logits;
   const float* score_bias = in.score_bias;
   const NodeLimit* node_limit = in.node_limit;
@@ -87,7 +95,16 @@ void route_topk(const RouterConfig& cfg, const RouterInputs& in, const TopkRouti
   const bool grouped = cfg.topk_method != RouterConfig::TopkMethod::kGreedy && cfg.n_group > 1;
   const bool node_limited = node_limit != nullptr && node_limit->max_nodes > 0 &&
                             node_limit->max_nodes < node_limit->num_nodes;
-  std::vector<float> s(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+  const uint8_t* alive = in.expert_alive;
+  MOE_CHECK(count_alive_experts(alive, E) >= k);
+  const bool count_degraded = alive != nullptr && degraded != nullptr;
+  if (degraded != nullptr) {
+    degraded->degraded_tokens = 0;
+    degraded->wanted_dead.assign(static_cast<size_t>(E), 0);
+  }
+  std::vector<float> s(static_cast<size_t>(E)), sel(static_cast<size_t>(E)), all_alive_sel;
+  std::vector<int> all_alive_order;
+  if (count_degraded) all_alive_order.resize(static_cast<size_t>(E));
   std::vector<int> order(static_cast<size_t>(E)), group_of;
   if (grouped) {
     group_of.resize(static_cast<size_t>(E));
@@ -108,15 +125,44 @@ void route_topk(const RouterConfig& cfg, const RouterInputs& in, const TopkRouti
     for (int e = 0; e < E; ++e) {
       sel[static_cast<size_t>(e)] = s[static_cast<size_t>(e)] + (biased ? score_bias[e] : 0.0f);
     }
-    if (grouped) limiter.apply(sel.data(), E, group_of.data(), cfg.n_group, cfg.topk_group, group_top, k);
-    if (node_limited) {
-      limiter.apply(sel.data(), E, node_limit->expert_node, node_limit->num_nodes, node_limit->max_nodes, node_top, k);
-    }
-    std::iota(order.begin(), order.end(), 0);
-    auto better = [&](int a, int b) {
-      return sel[static_cast<size_t>(a)] > sel[static_cast<size_t>(b)] ||
-             (sel[static_cast<size_t>(a)] == sel[static_cast<size_t>(b)] && a < b);
+    // The group and node limits, then (below) the best k of what they leave.
+    auto limit = [&](std::vector<float>& v) {
+      if (grouped) limiter.apply(v.data(), E, group_of.data(), cfg.n_group, cfg.topk_group, group_top, k);
+      if (node_limited) {
+        limiter.apply(v.data(), E, node_limit->expert_node, node_limit->num_nodes, node_limit->max_nodes, node_top, k);
+      }
     };
+    auto better_in = [](const std::vector<float>& v) {
+      return [&v](int a, int b) {
+        return v[static_cast<size_t>(a)] > v[static_cast<size_t>(b)] ||
+               (v[static_cast<size_t>(a)] == v[static_cast<size_t>(b)] && a < b);
+      };
+    };
+    if (count_degraded) {
+      // The token's top-k with every expert alive: degraded when it holds a dead one.
+      all_alive_sel = sel;
+      limit(all_alive_sel);
+      std::iota(all_alive_order.begin(), all_alive_order.end(), 0);
+      std::partial_sort(all_alive_order.begin(), all_alive_order.begin() + k, all_alive_order.end(),
+                        better_in(all_alive_sel));
+      bool hit = false;
+      for (int j = 0; j < k; ++j) {
+        const int e = all_alive_order[static_cast<size_t>(j)];
+        if (!alive[e]) {
+          ++degraded->wanted_dead[static_cast<size_t>(e)];
+          hit = true;
+        }
+      }
+      degraded->degraded_tokens += hit;
+    }
+    if (alive != nullptr) {
+      for (int e = 0; e < E; ++e) {
+        if (!alive[e]) sel[static_cast<size_t>(e)] = kMasked;
+      }
+    }
+    limit(sel);
+    std::iota(order.begin(), order.end(), 0);
+    const auto better = better_in(sel);
     if (ranked != nullptr) {
       std::sort(order.begin(), order.end(), better);
       int* dst = ranked + t * E;

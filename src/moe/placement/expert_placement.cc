@@ -36,7 +36,7 @@ StatusOr<ExpertPlacement> ExpertPlacement::from_map(std::vector<int> expert_rank
 }
 
 StatusOr<ExpertPlacement> ExpertPlacement::from_rank_slots(const std::vector<std::vector<int>>& rank_slots,
-                                                           int num_experts) {
+                                                           int num_experts, LostExperts lost) {
   if (rank_slots.empty()) return invalid_argument("placement needs at least one rank");
   ExpertPlacement p;
   p.num_ranks_ = static_cast<int>(rank_slots.size());
@@ -56,10 +56,28 @@ StatusOr<ExpertPlacement> ExpertPlacement::from_rank_slots(const std::vector<std
   }
   for (int e = 0; e < num_experts; ++e) {
     const auto& reps = p.replicas_[static_cast<size_t>(e)];
-    if (reps.empty()) return invalid_argument("placement leaves expert " + std::to_string(e) + " on no rank");
+    if (reps.empty() && lost == LostExperts::kRefuse) return invalid_argument("placement leaves expert " + std::to_string(e) + " on no rank");
     p.has_replicas_ |= reps.size() > 1;
   }
   return p;
+}
+
+int ExpertPlacement::num_lost() const {
+  return static_cast<int>(std::count_if(replicas_.begin(), replicas_.end(), [](const auto& r) { return r.empty(); }));
+}
+
+std::vector<int> ExpertPlacement::lost_experts() const {
+  std::vector<int> out;
+  for (size_t e = 0; e < replicas_.size(); ++e) {
+    if (replicas_[e].empty()) out.push_back(static_cast<int>(e));
+  }
+  return out;
+}
+
+std::vector<uint8_t> ExpertPlacement::alive_mask() const {
+  std::vector<uint8_t> out(replicas_.size());
+  for (size_t e = 0; e < replicas_.size(); ++e) out[e] = replicas_[e].empty() ? 0 : 1;
+  return out;
 }
 
 bool ExpertPlacement::holds(int rank, int expert) const {

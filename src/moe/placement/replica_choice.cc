@@ -13,6 +13,10 @@ void choose_replicas(const ExpertPlacement& placement, const int* topk_idx, int6
       continue;
     }
     const std::vector<int>& reps = placement.replicas(e);
+    if (reps.empty()) {  // a lost expert: nowhere to send it (the dispatch layout rejects it)
+      assign_rank[i] = -1;
+      continue;
+    }
     int best = reps.front();
     if (reps.size() > 1) {
       // Tier: 0 = this rank, 1 = this node, 2 = remote; then load, then rank.

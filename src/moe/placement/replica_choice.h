@@ -16,7 +16,8 @@
 
 namespace moe {
 
-// topk_idx: [num_tokens, top_k] (entries < 0 are dropped assignments: -1 out);
+// topk_idx: [num_tokens, top_k] (entries < 0 are dropped assignments: -1 out; so is
+// a lost expert, which has no replica);
 // rank_node: [num_ranks] node of each rank; assign_rank: [num_tokens, top_k] out.
 // `load` is scratch ([num_ranks] after the call: assignments sent to each rank).
 void choose_replicas(const ExpertPlacement& placement, const int* topk_idx, int64_t num_tokens, int top_k, int me,

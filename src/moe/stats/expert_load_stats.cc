@@ -109,6 +109,7 @@ StatusOr<ExpertLoadStats> ExpertLoadStats::create(std::vector<int> moe_layer_ids
   for (Layer& l : s.layers_) {
     l.tokens.assign(static_cast<size_t>(num_experts), 0);
     l.ema.assign(static_cast<size_t>(num_experts), 0.0);
+    l.degraded_per_expert.assign(static_cast<size_t>(num_experts), 0);
   }
   return s;
 }
@@ -123,9 +124,10 @@ bool ExpertLoadStats::has_layer(int layer_id) const {
   return std::binary_search(layer_ids_.begin(), layer_ids_.end(), layer_id);
 }
 
-void ExpertLoadStats::record_step(int layer_id, const int64_t* tokens_per_expert, int64_t dropped, int64_t rerouted) {
+void ExpertLoadStats::record_step(int layer_id, const int64_t* tokens_per_expert, int64_t dropped, int64_t rerouted,
+                                  int64_t degraded_tokens, const int64_t* degraded_per_expert) {
   MOE_CHECK(tokens_per_expert != nullptr);
-  MOE_CHECK(dropped >= 0 && rerouted >= 0);
+  MOE_CHECK(dropped >= 0 && rerouted >= 0 && degraded_tokens >= 0);
   Layer& l = layer(layer_id);
   const bool first = l.steps == 0;
   const double d = ema_decay_;
@@ -137,6 +139,13 @@ void ExpertLoadStats::record_step(int layer_id, const int64_t* tokens_per_expert
   }
   l.dropped += dropped;
   l.rerouted += rerouted;
+  l.degraded_tokens += degraded_tokens;
+  if (degraded_per_expert != nullptr) {
+    for (size_t e = 0; e < l.degraded_per_expert.size(); ++e) {
+      MOE_CHECK(degraded_per_expert[e] >= 0);
+      l.degraded_per_expert[e] += degraded_per_expert[e];
+    }
+  }
   ++l.steps;
 }
 
@@ -167,6 +176,10 @@ Status ExpertLoadStats::merge(const ExpertLoadStats& other) {
     }
     overflow |= __builtin_add_overflow(a.dropped, b.dropped, &a.dropped);
     overflow |= __builtin_add_overflow(a.rerouted, b.rerouted, &a.rerouted);
+    overflow |= __builtin_add_overflow(a.degraded_tokens, b.degraded_tokens, &a.degraded_tokens);
+    for (size_t e = 0; e < a.degraded_per_expert.size(); ++e) {
+      overflow |= __builtin_add_overflow(a.degraded_per_expert[e], b.degraded_per_expert[e], &a.degraded_per_expert[e]);
+    }
     if (overflow) {
       return out_of_range("ExpertLoadStats::merge: layer " + std::to_string(layer_ids_[i]) + ": counts overflow int64");
     }
@@ -181,7 +194,8 @@ void ExpertLoadStats::clear() {
   for (Layer& l : layers_) {
     std::fill(l.tokens.begin(), l.tokens.end(), 0);
     std::fill(l.ema.begin(), l.ema.end(), 0.0);
-    l.dropped = l.rerouted = l.steps = 0;
+    l.dropped = l.rerouted = l.steps = l.degraded_tokens = 0;
+    std::fill(l.degraded_per_expert.begin(), l.degraded_per_expert.end(), 0);
   }
   has_ema_ = true;
 }
@@ -191,6 +205,10 @@ const std::vector<double>& ExpertLoadStats::ema(int layer_id) const { return lay
 int64_t ExpertLoadStats::dropped(int layer_id) const { return layer(layer_id).dropped; }
 int64_t ExpertLoadStats::rerouted(int layer_id) const { return layer(layer_id).rerouted; }
 int64_t ExpertLoadStats::steps(int layer_id) const { return layer(layer_id).steps; }
+int64_t ExpertLoadStats::degraded_tokens(int layer_id) const { return layer(layer_id).degraded_tokens; }
+const std::vector<int64_t>& ExpertLoadStats::degraded_per_expert(int layer_id) const {
+  return layer(layer_id).degraded_per_expert;
+}
 
 int64_t ExpertLoadStats::total_tokens(int layer_id) const {
   int64_t sum = 0;
@@ -225,6 +243,8 @@ std::string ExpertLoadStats::to_json_string(int indent) const {
     j["dropped"] = l.dropped;
     j["rerouted"] = l.rerouted;
     j["steps"] = l.steps;
+    j["degraded_tokens"] = l.degraded_tokens;
+    j["degraded_per_expert"] = l.degraded_per_expert;
     j["imbalance"] = imbalance(layer_ids_[i]);
     layers.push_back(std::move(j));
   }
@@ -289,6 +309,7 @@ StatusOr<ExpertLoadStats> ExpertLoadStats::parse_json(const std::string& text, c
     auto s = create(sg.layer_ids, sg.num_experts());
     if (!s.ok()) return invalid_argument(source + ": " + s.status().message());
     for (size_t i = 0; i < sg.layer_ids.size(); ++i) s->layers_[i].tokens = std::move(sg.counts[i]);  // ids are ascending
+    // (degraded_per_expert keeps create()'s zeros: SGLang records no degraded mode.)
     s->has_ema_ = false;
     if (skipped_zero_layers) *skipped_zero_layers = std::move(sg.zero_layers);
     return s;
@@ -365,6 +386,14 @@ StatusOr<ExpertLoadStats> ExpertLoadStats::parse_json(const std::string& text, c
     MOE_RETURN_IF_ERROR(read_optional_count(lj, "dropped", w, &l.dropped));
     MOE_RETURN_IF_ERROR(read_optional_count(lj, "rerouted", w, &l.rerouted));
     MOE_RETURN_IF_ERROR(read_optional_count(lj, "steps", w, &l.steps));
+    MOE_RETURN_IF_ERROR(read_optional_count(lj, "degraded_tokens", w, &l.degraded_tokens));
+    if (lj.contains("degraded_per_expert") && !lj["degraded_per_expert"].is_null()) {
+      MOE_RETURN_IF_ERROR(read_count_row(lj["degraded_per_expert"], w + ".degraded_per_expert", &l.degraded_per_expert));
+      MOE_RETURN_IF_ERROR(check_row_length(l.degraded_per_expert.size(), l.tokens.size(), w + ".degraded_per_expert",
+                                           w + ".tokens_per_expert", "one count per expert"));
+    } else {
+      l.degraded_per_expert.assign(l.tokens.size(), 0);
+    }
   }
   const int num_experts = static_cast<int>(std::min<size_t>(parsed[0].tokens.size(), INT32_MAX));
   if (j.contains("num_experts") && !j["num_experts"].is_null()) {

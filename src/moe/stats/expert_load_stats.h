@@ -1,6 +1,7 @@
 // Per-expert routing load of a run: how many token-expert assignments each expert of
 // each MoE layer received, a per-step exponential moving average of it, and the
-// tokens the capacity limit dropped or rerouted. Written to and read from JSON
+// tokens the capacity limit dropped or rerouted, and the tokens routed in degraded mode
+// (an expert lost with its rank, moe/router.h). Written to and read from JSON
 // (`moe stats show|plot` reads it back; src/moe/stats/heatmap_svg.h draws it).
 //
 // Units: a "token" here is one token-expert assignment, so with top-k routing one
@@ -56,8 +57,12 @@ class ExpertLoadStats {
   // it sent to another expert. Adds them to the run totals, increments steps(layer_id)
   // and updates ema[e] = decay * ema[e] + (1 - decay) * count[e]; the layer's first step
   // (steps == 0) sets ema = count. An unknown layer id, a null pointer or a negative
-  // count is a bug (MOE_CHECK).
-  void record_step(int layer_id, const int64_t* tokens_per_expert, int64_t dropped, int64_t rerouted);
+  // count is a bug (MOE_CHECK). Degraded mode: `degraded_tokens` tokens (input tokens,
+  // not assignments) whose top-k held a lost expert, and degraded_per_expert
+  // ([num_experts()] or null = none) how many of them wanted each expert; both >= 0,
+  // added to the run totals.
+  void record_step(int layer_id, const int64_t* tokens_per_expert, int64_t dropped, int64_t rerouted,
+                   int64_t degraded_tokens = 0, const int64_t* degraded_per_expert = nullptr);
 
   // Adds another rank's statistics of the same run: totals, ema, dropped and rerouted
   // are summed; steps is the maximum, since ranks step in lockstep (summing the per-rank
@@ -84,6 +89,9 @@ class ExpertLoadStats {
   int64_t total_tokens(int layer_id) const;  // sum of tokens_per_expert
   int64_t dropped(int layer_id) const;
   int64_t rerouted(int layer_id) const;
+  int64_t degraded_tokens(int layer_id) const;
+  // [num_experts()] run totals of degraded tokens that wanted each (lost) expert.
+  const std::vector<int64_t>& degraded_per_expert(int layer_id) const;
   int64_t steps(int layer_id) const;
   // max / mean of tokens_per_expert: 1.0 = perfectly balanced, num_experts() = all on
   // one expert. 1.0 when the layer has no tokens yet (nothing is imbalanced).
@@ -92,7 +100,8 @@ class ExpertLoadStats {
   int hottest_expert(int layer_id) const;
 
   // {"layers": [{"layer": i, "tokens_per_expert": [...], "ema": [...], "dropped": n,
-  //   "rerouted": n, "steps": n, "imbalance": x}, ...], "num_experts": E, "ema_decay": d}
+  //   "rerouted": n, "steps": n, "degraded_tokens": n, "degraded_per_expert": [...],
+  //   "imbalance": x}, ...], "num_experts": E, "ema_decay": d}
   // with one entry per MoE layer, ascending. indent < 0: one line.
   std::string to_json_string(int indent = -1) const;
   // Writes to_json_string(2) to `path` atomically (write_file_atomically: on failure the
@@ -101,8 +110,8 @@ class ExpertLoadStats {
 
   // Reads to_json_string()'s format, where only "layers" and each layer's
   // "tokens_per_expert" are required: "layer" defaults to the entry's position, "ema"
-  // (in all layers or in none) to zeros with has_ema() false, "dropped", "rerouted" and
-  // "steps" to 0, "num_experts" to the row length, "ema_decay" to 0.9; "imbalance" is
+  // (in all layers or in none) to zeros with has_ema() false, "dropped", "rerouted",
+  // "steps" and "degraded_tokens" to 0, "degraded_per_expert" (one count per expert) to zeros, "num_experts" to the row length, "ema_decay" to 0.9; "imbalance" is
   // recomputed, not read. Also reads SGLang's expert-distribution format
   // {"logical_count": [[count per expert] per layer]} (as passed to
   // --init-expert-location): the row index is the layer id, and all-zero rows (the dense
@@ -122,6 +131,8 @@ class ExpertLoadStats {
     int64_t dropped = 0;
     int64_t rerouted = 0;
     int64_t steps = 0;
+    int64_t degraded_tokens = 0;
+    std::vector<int64_t> degraded_per_expert;
   };
 
   ExpertLoadStats() = default;
