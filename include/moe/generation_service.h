@@ -73,6 +73,12 @@ struct ServiceSnapshot {
   int64_t recoveries = 0;             // times a relaunched group took over
   int64_t replayed_requests = 0;      // requests resubmitted to a relaunched group
   std::vector<double> recovery_seconds{};  // each recovery: failure detected -> serving again
+  // Expert-level failover inside the worker group (no restart; docs/reliability.md):
+  int64_t failovers = 0;        // times the EP group re-formed without failed ranks
+  int64_t ranks_lost = 0;       // ranks left out by those re-formations
+  int64_t lost_experts = 0;     // (layer, expert) pairs with no live replica now (tokens rerouted)
+  int64_t degraded_tokens = 0;  // token routings (summed over MoE layers) sent to a next-best expert: one they chose was lost
+  std::vector<double> failover_seconds{};  // each failover: recover() called -> survivors' placement adopted
 };
 
 // GET /health's answer: what state serving is in. Thread-safe and never blocks on a
@@ -82,6 +88,9 @@ struct ServiceHealth {
   // "recovering" the worker group failed and is being relaunched: requests are accepted
   //              and kept, and resume when it is back (HTTP 503 so a load balancer
   //              routes elsewhere meanwhile);
+  // "degraded"   serving (HTTP 200), but some expert lost with a failed rank has no live
+  //              replica yet: its tokens go to their next-best live expert until it is
+  //              re-replicated;
   // "stalled"    a step has run longer than the liveness timeout (a stuck peer);
   // "failed"     the engine failed and will not serve again (the process is exiting).
   std::string state = "ok";
@@ -91,6 +100,8 @@ struct ServiceHealth {
   // For operators and the fault-injection harness (GET /health shows it).
   std::vector<int64_t> worker_pids{};
   bool ok() const { return state == "ok"; }
+  // Serving requests now (ok or degraded): HTTP 200.
+  bool serving() const { return state == "ok" || state == "degraded"; }
 };
 
 class GenerationService {

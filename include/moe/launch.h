@@ -28,6 +28,10 @@ class Communicator;  // src/moe/comm/communicator.h
 // PMI_SIZE set in the environment). Thread-safe; needs no MpiSession.
 bool launched_under_mpi();
 
+// True when `backend` (EpLaunchOptions::comm_backend) uses MPI, so that the command
+// needs an MpiSession under mpirun ("gloo" does not initialise MPI at all).
+inline bool backend_uses_mpi(const std::string& backend) { return backend != "gloo"; }
+
 // Deadlines (seconds, > 0) of the MPI calls that have none of their own. Past one the
 // process prints "<call> did not return within S s; exiting" and ends with _exit(1), so
 // no rank stays blocked: MPI_Init_thread waits for every rank to start (a rank stopped
@@ -48,6 +52,9 @@ class MpiSession {
   // Internal (or FailedPrecondition if MPI was already finalised) when MPI cannot be
   // initialised; the message names MPI_Init_thread.
   static StatusOr<MpiSession> start(int* argc, char*** argv, const MpiDeadlines& deadlines = {});
+  // An inactive session (MPI not initialised), for a backend that does not use MPI
+  // (backend_uses_mpi) even under mpirun.
+  static MpiSession start_without_mpi() { return MpiSession(false, 10); }
   MpiSession(MpiSession&& other) noexcept;
   MpiSession& operator=(MpiSession&& other) noexcept;
   MpiSession(const MpiSession&) = delete;
@@ -85,6 +92,17 @@ struct EpLaunchOptions {
   // that first header. Finite, > 0. (`moe serve --supervise --startup-timeout` bounds a
   // whole group start from outside.)
   double startup_timeout_seconds = 600;
+  // The EP group's transport (`--comm-backend`): "mpi" (Open MPI; a dead rank ends the
+  // group) or "gloo" (Gloo over TCP; mpirun only starts the processes, which must run
+  // under `mpirun --enable-recovery` so that one rank's death does not end the job: the
+  // survivors re-form the group and fail over, docs/reliability.md).
+  std::string comm_backend = "mpi";
+  // Gloo only (`--gloo-store`): the rendezvous directory every rank can reach (a shared
+  // filesystem across machines); empty = /tmp/moe-gloo-<mpirun job id> (one machine).
+  std::string gloo_store_dir;
+  // Gloo only (`--gloo-host`): the address this rank listens on for its peers (the
+  // machine's own address when ranks span machines).
+  std::string gloo_host = "127.0.0.1";
 };
 
 // The Engine of this process and, under mpirun, the communicator it runs on. The

@@ -123,6 +123,12 @@ TEST_F(HttpFaultsTest, HealthReportsTheEngineState) {
   EXPECT_EQ(status, 503);
   EXPECT_EQ(body, json({{"status", "failed"}, {"detail", "mpi broadcast: timed out"}}));
 
+  // Degraded still serves (a load balancer keeps it): 200, with the reason.
+  service_.set_health({.state = "degraded", .detail = "3 (layer, expert) pair(s) ... re-replicated"});
+  std::tie(status, body) = health();
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(body, json({{"status", "degraded"}, {"detail", "3 (layer, expert) pair(s) ... re-replicated"}}));
+
   service_.set_health({.state = "recovering", .detail = "relaunching the worker group"});
   std::tie(status, body) = health();
   EXPECT_EQ(status, 503);

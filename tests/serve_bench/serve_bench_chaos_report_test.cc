@@ -225,9 +225,13 @@ TEST(ChaosReport, FaultMetricsSumLabelsAndSkipOthers) {
       "moe:recovery_seconds_bucket{le=\"+Inf\"} 2\n"
       "moe:recovery_seconds_sum 3.5\n"
       "moe:recovery_seconds_count 2\n"
+      "moe:failovers_total 1\n"
+      "moe:lost_experts 0\n"
       "moe:generation_tokens_total 100\n";
   const auto m = parse_fault_metrics(text);
-  EXPECT_EQ(m.size(), 5u);
+  EXPECT_EQ(m.size(), 7u);
+  EXPECT_EQ(m.at("moe:failovers_total"), 1);
+  EXPECT_EQ(m.at("moe:lost_experts"), 0);
   EXPECT_EQ(m.at("moe:recovery_seconds_sum"), 3.5);
   EXPECT_EQ(m.at("moe:worker_failures_total"), 2);
   EXPECT_EQ(m.at("moe:replayed_requests_total"), 5);

@@ -24,6 +24,16 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                      "Seconds an expert-parallel rank waits for a peer before declaring it failed (then the "
                      "requests in flight end with an error and every rank exits); EP only")
           ->capture_default_str();
+  app.add_option("--comm-backend", f->launch.comm_backend,
+                 "EP transport: mpi, or gloo (survives a dead rank: the others fail over to replicas without a "
+                 "restart; run under mpirun --enable-recovery)")
+      ->check(CLI::IsMember({"mpi", "gloo"}))
+      ->capture_default_str();
+  app.add_option("--gloo-store", f->launch.gloo_store_dir,
+                 "--comm-backend gloo: rendezvous directory all ranks share (default /tmp/moe-gloo-<mpirun job id>)");
+  f->gloo_host_option = app.add_option("--gloo-host", f->launch.gloo_host,
+                                       "--comm-backend gloo: the address this rank listens on for its peers")
+                            ->capture_default_str();
   app.add_flag("--ep-overlap", f->options.ep_overlap, "Overlap all-to-all with expert compute (two micro-batches)");
   app.add_option("--a2a-dtype", f->a2a_dtype, "Dispatch/combine activation dtype: f32 (exact) or bf16 (half the bytes)")
       ->check(CLI::IsMember({"f32", "bf16"}))
@@ -89,6 +99,16 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (f.comm_timeout_given() && f.launch.ep == 1 && !launched_under_mpi()) {
     return "--comm-timeout applies to expert parallelism (--ep > 1)";
   }
+  if (f.launch.comm_backend == "gloo" && !launched_under_mpi()) {
+    return "--comm-backend gloo: run under mpirun --enable-recovery with --ep N";
+  }
+  if ((!f.launch.gloo_store_dir.empty() || f.gloo_host_given()) && f.launch.comm_backend != "gloo") {
+    return std::string(f.launch.gloo_store_dir.empty() ? "--gloo-host" : "--gloo-store") +
+           " applies to --comm-backend gloo";
+  }
+  if (f.launch.comm_backend == "gloo" && f.options.ep_overlap) {
+    return "--ep-overlap needs nonblocking all-to-all, which the gloo backend does not offer; use --comm-backend mpi";
+  }
   if (f.launch.ranks_per_node < 0) {
     return "--ranks-per-node must be >= 0 (got " + std::to_string(f.launch.ranks_per_node) + ")";
   }
@@ -134,6 +154,16 @@ int fail_rank(int rank, const Status& status) {
                who.c_str(), status.message().c_str());
   std::fflush(stderr);
   mpi_abort(1);
+}
+
+std::string requested_comm_backend(int argc, char** argv) {
+  std::string backend = "mpi";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--comm-backend" && i + 1 < argc) backend = argv[i + 1];
+    if (a.rfind("--comm-backend=", 0) == 0) backend = a.substr(15);
+  }
+  return backend;
 }
 
 double EngineFlags::idle_heartbeat_seconds() const { return std::min(5.0, launch.comm_timeout_seconds / 4); }

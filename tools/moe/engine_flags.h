@@ -23,6 +23,8 @@ struct EngineFlags {
   double capacity_factor = 1.0;    // -> options.capacity_factor when --capacity-factor is given
   const CLI::Option* capacity_option = nullptr;  // set by add_engine_flags
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
+  const CLI::Option* gloo_host_option = nullptr;  // --gloo-host
+  bool gloo_host_given() const { return gloo_host_option != nullptr && gloo_host_option->count() > 0; }
   bool capacity_given() const { return capacity_option != nullptr && capacity_option->count() > 0; }
   bool comm_timeout_given() const { return comm_timeout_option != nullptr && comm_timeout_option->count() > 0; }
   // The idle heartbeat rank 0 sends the EP workers: min(5, --comm-timeout / 4) seconds.
@@ -42,6 +44,10 @@ std::string check_engine_flags(const EngineFlags& f);
 // leaves the group unusable and MPI_Finalize would wait for the lost peer forever, so
 // it says so and ends every rank of the job at once (mpi_abort(); never returns).
 int fail_rank(int rank, const Status& status);
+
+// The --comm-backend value on a command line (parsed or not), "mpi" if absent: main()
+// starts MPI only for a backend that uses it (launch.h: backend_uses_mpi).
+std::string requested_comm_backend(int argc, char** argv);
 
 // The EngineOptions and EP launch the flags describe, opened with launch_engine()
 // (include/moe/launch.h; collective under mpirun). `command` ("generate", "serve") is

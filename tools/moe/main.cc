@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "commands.h"
+#include "engine_flags.h"
 #include "moe/core/logging.h"
 #include "moe/launch.h"
 
@@ -87,7 +88,10 @@ int main(int argc, char** argv) {
   }
   if (!moe::init_logging(log_level)) return moe::cli::fail("--log-level: unknown level '" + log_level + "'");
   // Under mpirun every subcommand runs with MPI initialised (finalised on return).
-  auto mpi = moe::MpiSession::start(&argc, &argv);
+  // (--comm-backend gloo: mpirun only starts the processes; MPI stays uninitialised.)
+  auto mpi = moe::backend_uses_mpi(moe::cli::requested_comm_backend(argc, argv))
+                 ? moe::MpiSession::start(&argc, &argv)
+                 : moe::StatusOr<moe::MpiSession>(moe::MpiSession::start_without_mpi());
   if (!mpi.ok()) return moe::cli::fail(mpi.status().message());
   if (generate->parsed()) return run_generate();
   if (serve->parsed()) return run_serve();

@@ -62,7 +62,7 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (!(f.liveness_timeout > 0 && std::isfinite(f.liveness_timeout))) {
     return "--liveness-timeout must be a finite number of seconds > 0 (got " + format_g(f.liveness_timeout) + ")";
   }
-  if (f.effective_liveness_timeout() >= f.engine.launch.comm_timeout_seconds) {
+  if (f.engine.launch.comm_backend != "gloo" && f.effective_liveness_timeout() >= f.engine.launch.comm_timeout_seconds) {
     return "--liveness-timeout (" + format_g(f.liveness_timeout) + ") must be below --comm-timeout (" +
            format_g(f.engine.launch.comm_timeout_seconds) + ")";
   }

@@ -8,6 +8,7 @@
 // (127.0.0.1, a free port written to DIR/endpoint.json) over the Scheduler; every rank
 // exits when the supervisor is gone. When the group fails the supervisor kills it,
 // starts another and resumes the requests in flight.
+#include <algorithm>
 #include <signal.h>
 #include <unistd.h>
 
@@ -118,6 +119,11 @@ int run_supervised_serve(const ServeFlags& f, const CLI::App& app) {
   const int ep = f.engine.launch.ep;
   if (ep > 1) {
     wo.command = {f.mpirun};
+    // Gloo's failover needs mpirun to keep the job when one rank dies.
+    if (f.engine.launch.comm_backend == "gloo" &&
+        std::find(f.mpirun_args.begin(), f.mpirun_args.end(), "--enable-recovery") == f.mpirun_args.end()) {
+      wo.command.push_back("--enable-recovery");
+    }
     wo.command.insert(wo.command.end(), f.mpirun_args.begin(), f.mpirun_args.end());
     wo.command.insert(wo.command.end(), {"-np", std::to_string(ep)});
   }

@@ -56,6 +56,11 @@ Status FaultyCommunicator::enter(const char* op) {
   return ok_status();
 }
 
+Status FaultyCommunicator::reform(double join_seconds) {
+  MOE_RETURN_IF_ERROR(enter("reform"));
+  return inner_.reform(join_seconds);
+}
+
 void FaultyCommunicator::corrupt(void* data, size_t bytes) {
   if (bytes == 0) return;
   static_cast<uint8_t*>(data)[bytes / 2] ^= 0x5a;

@@ -60,7 +60,8 @@ class FaultyCommunicator final : public Communicator {
   void set_timeout_seconds(double seconds) override { inner_.set_timeout_seconds(seconds); }
   double timeout_seconds() const override { return inner_.timeout_seconds(); }
   bool can_reform() const override { return inner_.can_reform(); }
-  Status reform(double join_seconds) override { return inner_.reform(join_seconds); }
+  // A rank that has vanished cannot come back (Unavailable); reform counts as an operation.
+  Status reform(double join_seconds) override;
   std::vector<int> world_ranks() const override { return inner_.world_ranks(); }
 
   Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,

@@ -86,8 +86,10 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
   if (!impl_->session->is_leader()) {
     return failed_precondition("under expert parallelism only rank 0 generates; other ranks call run_worker()");
   }
-  MOE_RETURN_IF_ERROR(
-      impl_->decoder->forward(prompt.data(), static_cast<int64_t>(prompt.size()), 0, &cache, logits.data()));
+  EpSession& session = *impl_->session;
+  MOE_RETURN_IF_ERROR(session.run_with_failover([&] {
+    return impl_->decoder->forward(prompt.data(), static_cast<int64_t>(prompt.size()), 0, &cache, logits.data());
+  }));
   const double t1 = now_seconds();
   result.prefill_seconds = t1 - t0;
   if (req.return_prompt_logits) result.prompt_logits = logits;
@@ -118,9 +120,11 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
       break;
     }
     if (!keep_going || i + 1 == req.max_tokens) break;
-    MOE_RETURN_IF_ERROR(impl_->decoder->forward(&token, 1, pos, &cache, logits.data()));
+    MOE_RETURN_IF_ERROR(
+        session.run_with_failover([&] { return impl_->decoder->forward(&token, 1, pos, &cache, logits.data()); }));
     ++pos;
-    MOE_RETURN_IF_ERROR(impl_->session->after_step());  // live rebalancing every N decode steps
+    // Live rebalancing every N decode steps; re-replication after a failover.
+    MOE_RETURN_IF_ERROR(session.run_with_failover([&] { return session.after_step(); }));
   }
   result.decode_seconds = now_seconds() - t1;
   const std::string full = impl_->tokenizer->decode(all);

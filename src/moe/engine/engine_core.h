@@ -9,6 +9,7 @@
 #include "moe/model/config.h"
 #include "moe/model/tokenizer.h"
 #include "moe/runtime/ep_session.h"
+#include "moe/runtime/failover.h"
 #include "moe/stats/expert_load_stats.h"
 #include "moe/transformer/decoder.h"
 
@@ -21,6 +22,7 @@ struct EngineCore {
   Decoder* decoder = nullptr;
   const ExpertLoadStats* load_stats = nullptr;
   EpSession* session = nullptr;  // every step goes through it (EP headers, rebalance trigger)
+  const Failover* failover = nullptr;  // under EP: lost experts after a failover (else null)
 };
 
 }  // namespace moe

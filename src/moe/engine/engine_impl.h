@@ -16,6 +16,7 @@
 #include "moe/moe/ep_moe_layer.h"
 #include "moe/runtime/ep_session.h"
 #include "moe/runtime/expert_migration.h"
+#include "moe/runtime/failover.h"
 #include "moe/runtime/rebalancer.h"
 #include "moe/stats/expert_load_stats.h"
 #include "moe/store/store_model.h"
@@ -43,6 +44,7 @@ struct Engine::Impl final : EpStepRunner {
   std::vector<EpContext> ep;             // [num_layers] expert placement (dense layers: unused)
   ExpertStore expert_store;              // experts received by live rebalancing
   std::unique_ptr<Rebalancer> rebalancer;  // under EP only
+  std::unique_ptr<Failover> failover;      // under EP only (used when the communicator can re-form)
   std::unique_ptr<EpSession> session;
   EngineCore core;
 
@@ -51,7 +53,17 @@ struct Engine::Impl final : EpStepRunner {
   Impl& operator=(const Impl&) = delete;
 
   Status join_step() override { return decoder->forward_chunk(nullptr, 0, 0, nullptr, nullptr); }
-  Status rebalance() override { return rebalancer ? rebalancer->rebalance() : ok_status(); }
+  // No live rebalancing while experts are lost or being re-replicated (the planner
+  // places every expert; identical decision on every rank).
+  Status rebalance() override {
+    if (failover && (failover->pending() || failover->degraded())) return ok_status();
+    return rebalancer ? rebalancer->rebalance() : ok_status();
+  }
+  Status on_group_shrunk(const std::vector<int>& kept) override {
+    return failover ? failover->on_group_shrunk(kept) : EpStepRunner::on_group_shrunk(kept);
+  }
+  bool replicas_pending() const override { return failover && failover->pending(); }
+  Status switch_replicas_if_ready() override { return failover ? failover->switch_if_ready() : ok_status(); }
 };
 
 }  // namespace moe

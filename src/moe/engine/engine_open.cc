@@ -2,6 +2,7 @@
 // the decoder, the load statistics and the EP session.
 #include "moe/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <omp.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
 #include "moe/engine/engine_impl.h"
+#include "moe/engine/expert_loader.h"
 #include "moe/engine/peer_expert_recovery.h"
 #include "moe/model/config.h"
 #include "moe/model/fingerprint.h"
@@ -25,6 +27,7 @@
 #include "moe/placement/placement_plan.h"
 #include "moe/placement/replica_planner.h"
 #include "moe/runtime/ep_session.h"
+#include "moe/runtime/failover.h"
 #include "moe/runtime/rebalancer.h"
 #include "moe/stats/expert_load_stats.h"
 #include "moe/store/store_layout.h"
@@ -159,6 +162,29 @@ Status plan_min_replica_placement(const EngineOptions& options, Engine::Impl* im
   return ok_status();
 }
 
+// Failover (runtime/failover.h): lost experts are re-loaded from this rank's own
+// files: the checkpoint store (hash-verified) or the Hugging Face directory.
+FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* impl) {
+  FailoverInputs in{.comm = impl->comm,
+                    .config = &impl->config,
+                    .ep = &impl->ep,
+                    .layers = &impl->weights.layers,
+                    .expert_store = &impl->expert_store};
+  int slots = options.slots_per_rank;
+  for (const EpContext& ctx : impl->ep) slots = std::max(slots, ctx.placement.max_experts_per_rank());
+  in.slots_per_rank = std::max(slots, 1);
+  in.load_expert = [impl](int layer, int expert, std::vector<LayerWeights>* layers, ExpertStore* store) -> Status {
+    if (impl->store != nullptr) {
+      return load_expert_from_store(*impl->store, impl->config, layer, expert, MigrationTarget{layers, store});
+    }
+    ExpertWeights& w = (*layers)[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)];
+    MOE_RETURN_IF_ERROR(bind_expert(impl->config, *impl->source, layer, expert, &w));
+    w.loaded = true;
+    return ok_status();
+  };
+  return in;
+}
+
 // Loads everything this rank needs; no communication.
 Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   const std::string& dir = options.model_dir;
@@ -212,6 +238,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     ctx.options.max_nodes_per_token = options.max_nodes_per_token;
     ctx.options.capacity = impl->capacity;
     impl->ep.assign(static_cast<size_t>(impl->config.num_hidden_layers), ctx);
+    for (size_t l = 0; l < impl->ep.size(); ++l) impl->ep[l].layer_id = static_cast<int>(l);
     if (!options.placement_file.empty()) {
       MOE_RETURN_IF_ERROR(apply_placement_file(options.placement_file, options.min_replicas, impl));
     } else if (options.min_replicas > 1) {
@@ -296,7 +323,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   impl->decoder->set_capacity(impl->capacity);
   ExpertLoadStats* stats = impl->load_stats.get();
   impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {
-    stats->record_step(layer, counts.tokens_per_expert.data(), counts.dropped, counts.rerouted);
+    stats->record_step(layer, counts.tokens_per_expert.data(), counts.dropped, counts.rerouted, counts.degraded_tokens,
+                       counts.degraded_per_expert.empty() ? nullptr : counts.degraded_per_expert.data());
   });
   if (impl->comm != nullptr) {
     RebalanceInputs in{.comm = impl->comm,
@@ -310,6 +338,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     in.options.min_replicas = options.min_replicas;
     in.options.min_gain = options.rebalance_min_gain;
     impl->rebalancer = std::make_unique<Rebalancer>(in);
+    impl->failover = std::make_unique<Failover>(make_failover_inputs(options, impl.get()));
   }
   impl->session = std::make_unique<EpSession>(impl->comm, impl.get(), &system_clock(),
                                               EpSessionOptions{.rebalance_every = options.rebalance_every,
@@ -331,7 +360,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           .tokenizer = impl->tokenizer.get(),
                           .decoder = impl->decoder.get(),
                           .load_stats = impl->load_stats.get(),
-                          .session = impl->session.get()};
+                          .session = impl->session.get(),
+                          .failover = impl->failover.get()};
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

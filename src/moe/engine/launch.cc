@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <utility>
 
 #include "moe/comm/communicator.h"
+#include "moe/comm/gloo_communicator.h"
 #include "moe/comm/mpi_communicator.h"
 #include "moe/core/exit_deadline.h"
 
@@ -53,6 +55,46 @@ LaunchedEngine::~LaunchedEngine() {
 
 namespace {
 
+// An environment variable as an int; -1 if unset or not a number.
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= 0 && n <= 1 << 20 ? static_cast<int>(n) : -1;
+}
+
+// The Gloo group of the ranks mpirun started (MPI itself is not initialised: mpirun
+// only launches): rank and size from its environment, rendezvous in a directory.
+StatusOr<std::unique_ptr<Communicator>> open_gloo_group(const EpLaunchOptions& launch) {
+  int rank = env_int("OMPI_COMM_WORLD_RANK"), size = env_int("OMPI_COMM_WORLD_SIZE");
+  if (rank < 0 || size < 1) rank = env_int("PMI_RANK"), size = env_int("PMI_SIZE");
+  if (rank < 0 || size < 1 || rank >= size) {
+    return invalid_argument("--comm-backend gloo: no rank and size from the launcher (OMPI_COMM_WORLD_RANK/SIZE or "
+                            "PMI_RANK/SIZE): run it under mpirun --enable-recovery");
+  }
+  if (size != launch.ep) {
+    return invalid_argument("--ep " + std::to_string(launch.ep) + " but mpirun started " + std::to_string(size) +
+                            " ranks; they must match");
+  }
+  GlooOptions go;
+  go.store_dir = launch.gloo_store_dir;
+  if (go.store_dir.empty()) {
+    const char* job = std::getenv("OMPI_MCA_ess_base_jobid");
+    if (job == nullptr) job = std::getenv("PMIX_NAMESPACE");
+    if (job == nullptr) {
+      return invalid_argument("--comm-backend gloo: no mpirun job id in the environment to name the rendezvous "
+                              "directory: give --gloo-store DIR");
+    }
+    go.store_dir = std::string("/tmp/moe-gloo-") + job;
+  }
+  go.hostname = launch.gloo_host;
+  go.ranks_per_node = launch.ranks_per_node;
+  go.timeout_seconds = std::max(launch.comm_timeout_seconds, launch.startup_timeout_seconds);
+  MOE_ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> comm, GlooCommunicator::create(rank, size, go));
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
 // The EP communicator for `launch`: null for one process.
 StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& launch) {
   const std::string n = std::to_string(launch.ep);
@@ -68,11 +110,18 @@ StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& lau
     return invalid_argument("startup_timeout_seconds must be a finite number of seconds > 0 (got " +
                             std::to_string(launch.startup_timeout_seconds) + ")");
   }
+  if (launch.comm_backend != "mpi" && launch.comm_backend != "gloo") {
+    return invalid_argument("--comm-backend must be mpi or gloo (got '" + launch.comm_backend + "')");
+  }
+  if (!launch.gloo_store_dir.empty() && launch.comm_backend != "gloo") {
+    return invalid_argument("--gloo-store applies to --comm-backend gloo");
+  }
   if (launch.ep == 1 && !launched_under_mpi()) return std::unique_ptr<Communicator>();
   if (!launched_under_mpi()) {
     return invalid_argument("--ep " + n + " needs " + n + " processes: run it as mpirun -np " + n + " moe " +
                             launch.command + " --ep " + n + " ...");
   }
+  if (launch.comm_backend == "gloo") return open_gloo_group(launch);
   MpiOptions mo;
   mo.ranks_per_node = launch.ranks_per_node;
   mo.timeout_seconds = std::max(launch.comm_timeout_seconds, launch.startup_timeout_seconds);

@@ -105,6 +105,8 @@ struct Scheduler::State {
   Status prime_resumed(Seq& s);
   Status step();
   void publish();
+  // Copies the EP session's failover counters and the lost experts into the snapshot.
+  void record_failover();
 };
 
 Scheduler::Scheduler(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -240,6 +242,15 @@ ServiceHealth Scheduler::health() const {
       h.state = "failed";
       h.detail = st.failure;
       return h;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(st.snap_mu);
+    if (st.snap.lost_experts > 0) {
+      h.state = "degraded";
+      h.detail = std::to_string(st.snap.lost_experts) +
+                 " (layer, expert) pair(s) lost with a failed rank have no live replica yet: their tokens go to the "
+                 "next-best live expert until re-replicated";
     }
   }
   const double started = st.step_started.load();
@@ -440,6 +451,18 @@ Status Scheduler::State::step() {
   return ok_status();
 }
 
+void Scheduler::State::record_failover() {
+  const EpSessionCounters& c = core->session->counters();
+  const int64_t lost = core->failover ? core->failover->lost_now() : 0;
+  std::lock_guard<std::mutex> lock(snap_mu);
+  if (c.recoveries > snap.failovers) snap.failover_seconds.push_back(c.last_recovery_seconds);
+  snap.failovers = c.recoveries;
+  snap.ranks_lost = c.ranks_lost;
+  snap.lost_experts = lost;
+  snap.degraded_tokens = 0;
+  for (int l : core->load_stats->layer_ids()) snap.degraded_tokens += core->load_stats->degraded_tokens(l);
+}
+
 void Scheduler::State::publish() {
   std::lock_guard<std::mutex> lock(snap_mu);
   snap.running = static_cast<int>(running.size());
@@ -502,8 +525,10 @@ Status Scheduler::run() {
         continue;
       }
       // Under EP the idle workers hear from rank 0 within the heartbeat period.
-      result = session.heartbeat_if_idle(st.options.idle_heartbeat_seconds)
+      result = session
+                   .run_with_failover([&] { return session.heartbeat_if_idle(st.options.idle_heartbeat_seconds); })
                    .with_context("idle heartbeat to the EP workers");
+      st.record_failover();
       if (!result.ok()) {
         MOE_LOG_ERROR("scheduler: {}", result.message());
         break;
@@ -511,9 +536,11 @@ Status Scheduler::run() {
       continue;
     }
     st.step_started = now_seconds();
-    result = st.step().with_context("engine step");
+    result = session.run_with_failover([&] { return st.step(); }).with_context("engine step");
     st.publish();
-    if (result.ok()) result = session.after_step().with_context("live rebalancing");  // every N steps
+    // Live rebalancing every N steps; re-replication after a failover.
+    if (result.ok()) result = session.run_with_failover([&] { return session.after_step(); }).with_context("live rebalancing");
+    st.record_failover();
     st.step_started = 0;
     if (!result.ok()) {
       MOE_LOG_ERROR("scheduler: engine step failed, failing {} requests: {}", st.running.size() + st.waiting.size(),

@@ -3,7 +3,13 @@
 #include <string>
 #include <vector>
 
+#include "moe/core/logging.h"
+
 namespace moe {
+
+Status EpStepRunner::on_group_shrunk(const std::vector<int>& /*kept*/) {
+  return failed_precondition("this engine cannot continue without the failed rank(s)");
+}
 
 EpSession::EpSession(Communicator* comm, EpStepRunner* runner, Clock* clock, const EpSessionOptions& options)
     : comm_(comm), runner_(runner), clock_(clock), options_(options) {
@@ -36,6 +42,11 @@ bool EpSession::is_comm_failure(const Status& status) {
   return status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded;
 }
 
+Status EpSession::recover_or_fail(const Status& status) {
+  if (status.ok() || !is_comm_failure(status) || !can_recover()) return status;
+  return recover(status);
+}
+
 Status EpSession::broadcast_header(EpStepKind kind, int64_t num_tokens) {
   int64_t header[2] = {static_cast<int64_t>(kind), num_tokens};
   MOE_RETURN_IF_ERROR(comm_->broadcast(header, sizeof(header), 0));
@@ -44,6 +55,7 @@ Status EpSession::broadcast_header(EpStepKind kind, int64_t num_tokens) {
     case EpStepKind::kRebalance: ++counters_.rebalances; break;
     case EpStepKind::kIdle: ++counters_.idles; break;
     case EpStepKind::kStop: ++counters_.stops; break;
+    case EpStepKind::kReplicaSwitch: ++counters_.replica_checks; break;
   }
   return ok_status();
 }
@@ -56,7 +68,9 @@ Status EpSession::announce_step(int64_t num_tokens) {
 void EpSession::mark_active() { last_active_seconds_ = clock_->now_seconds(); }
 
 Status EpSession::heartbeat_if_idle(double heartbeat_seconds) {
-  if (comm_ == nullptr || clock_->now_seconds() - last_active_seconds_ < heartbeat_seconds) return ok_status();
+  if (comm_ == nullptr) return ok_status();
+  MOE_RETURN_IF_ERROR(replica_check_if_due());
+  if (clock_->now_seconds() - last_active_seconds_ < heartbeat_seconds) return ok_status();
   MOE_RETURN_IF_ERROR(broadcast_header(EpStepKind::kIdle, 0));
   mark_active();
   return ok_status();
@@ -70,12 +84,58 @@ Status EpSession::rebalance_with_workers() {
   return ok_status();
 }
 
+Status EpSession::replica_check_if_due() {
+  if (!runner_->replicas_pending()) return ok_status();
+  const double now = clock_->now_seconds();
+  if (now - last_replica_check_seconds_ < options_.replica_check_seconds) return ok_status();
+  last_replica_check_seconds_ = now;
+  MOE_RETURN_IF_ERROR(broadcast_header(EpStepKind::kReplicaSwitch, 0));
+  mark_active();
+  return runner_->switch_replicas_if_ready();
+}
+
 Status EpSession::after_step() {
-  if (options_.rebalance_every <= 0 || comm_ == nullptr || ++decode_steps_ % options_.rebalance_every != 0) {
-    return ok_status();
-  }
+  if (comm_ == nullptr) return ok_status();
+  MOE_RETURN_IF_ERROR(replica_check_if_due().with_context("re-replication"));
+  if (options_.rebalance_every <= 0 || ++decode_steps_ % options_.rebalance_every != 0) return ok_status();
   MOE_RETURN_IF_ERROR(broadcast_header(EpStepKind::kRebalance, 0));
   return rebalance_with_workers();
+}
+
+Status EpSession::run_with_failover(const std::function<Status()>& step) {
+  Status st = step();
+  for (int attempt = 0; attempt < 3 && !st.ok() && is_comm_failure(st) && can_recover(); ++attempt) {
+    MOE_RETURN_IF_ERROR(recover(st));
+    st = step();
+  }
+  return st;
+}
+
+Status EpSession::recover(const Status& failure) {
+  if (!can_recover()) return failure;
+  const double t0 = clock_->now_seconds();
+  const std::vector<int> before = comm_->world_ranks();
+  MOE_LOG_WARN("EP group: {}; re-forming it with the ranks that answer within {} s", failure.message(),
+               options_.reform_join_seconds);
+  MOE_RETURN_IF_ERROR(comm_->reform(options_.reform_join_seconds)
+                          .with_context("re-forming the EP group after: " + failure.message()));
+  const std::vector<int> after = comm_->world_ranks();
+  std::vector<int> kept;
+  for (int w : after) {
+    size_t i = 0;
+    while (i < before.size() && before[i] != w) ++i;
+    if (i == before.size()) return internal_error("re-formed EP group has world rank " + std::to_string(w) + ", not a member before");
+    kept.push_back(static_cast<int>(i));
+  }
+  MOE_RETURN_IF_ERROR(runner_->on_group_shrunk(kept).with_context("failover to the surviving ranks"));
+  ++counters_.recoveries;
+  counters_.ranks_lost += static_cast<int64_t>(before.size() - after.size());
+  counters_.last_recovery_seconds = clock_->now_seconds() - t0;
+  last_replica_check_seconds_ = 0;
+  mark_active();
+  MOE_LOG_WARN("EP group re-formed: {} of {} ranks in {:.2f} s; serving goes on", after.size(), before.size(),
+               counters_.last_recovery_seconds);
+  return ok_status();
 }
 
 Status EpSession::stop_workers() {
@@ -90,7 +150,12 @@ Status EpSession::run_worker() {
     int64_t header[2] = {0, 0};  // {kind, num_tokens on rank 0}
     // Rank 0 sends a header at least every idle heartbeat: a timeout here means it is
     // dead or stuck.
-    MOE_RETURN_IF_ERROR(comm_->broadcast(header, sizeof(header), 0).with_context("waiting for rank 0's next step"));
+    Status got = comm_->broadcast(header, sizeof(header), 0).with_context("waiting for rank 0's next step");
+    if (!got.ok() && is_comm_failure(got) && can_recover()) {
+      MOE_RETURN_IF_ERROR(recover(got));
+      continue;
+    }
+    MOE_RETURN_IF_ERROR(got);
     if (options_.steady_timeout_seconds > 0 && comm_->timeout_seconds() != options_.steady_timeout_seconds) {
       comm_->set_timeout_seconds(options_.steady_timeout_seconds);  // start-up is over
     }
@@ -103,12 +168,17 @@ Status EpSession::run_worker() {
         continue;
       case EpStepKind::kRebalance:
         ++counters_.rebalances;
-        MOE_RETURN_IF_ERROR(rebalance_with_workers().with_context("live rebalancing"));
+        MOE_RETURN_IF_ERROR(recover_or_fail(rebalance_with_workers().with_context("live rebalancing")));
+        continue;
+      case EpStepKind::kReplicaSwitch:
+        ++counters_.replica_checks;
+        MOE_RETURN_IF_ERROR(recover_or_fail(runner_->switch_replicas_if_ready().with_context("re-replication")));
         continue;
       case EpStepKind::kStep:
       default:  // as before the protocol had names: any other kind is a step
         ++counters_.steps;
-        MOE_RETURN_IF_ERROR(runner_->join_step().with_context("engine step " + std::to_string(counters_.steps)));
+        MOE_RETURN_IF_ERROR(
+            recover_or_fail(runner_->join_step().with_context("engine step " + std::to_string(counters_.steps))));
     }
   }
 }

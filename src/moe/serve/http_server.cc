@@ -331,15 +331,16 @@ void HttpServer::Impl::install_routes() {
     // The engine's state first (a failed engine is reported as such while draining).
     const ServiceHealth h = service.health();
     nlohmann::json body;
-    if (!h.ok()) {
+    if (!h.serving()) {
       body["status"] = h.state;
       if (!h.detail.empty()) body["detail"] = h.detail;
     } else {
-      body["status"] = draining ? "shutting_down" : "ok";
+      body["status"] = draining ? "shutting_down" : h.state;  // "degraded" still serves: 200
+      if (!draining && !h.detail.empty()) body["detail"] = h.detail;
     }
     // Under the supervisor: the pid of each worker rank (for operators and chaos tests).
     if (!h.worker_pids.empty()) body["worker_pids"] = h.worker_pids;
-    res.status = body["status"] == "ok" ? 200 : 503;
+    res.status = body["status"] == "ok" || body["status"] == "degraded" ? 200 : 503;
     res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

@@ -41,6 +41,14 @@ ServerMetrics::ServerMetrics() {
   registry_.counter("moe:replayed_requests_total", "Requests resubmitted to a relaunched worker group (supervisor).");
   recovery_ = &registry_.histogram("moe:recovery_seconds",
                                    "Time from a worker group failure to serving again (supervisor).", kRecoveryBuckets);
+  // Expert-level failover inside the worker group (no restart).
+  registry_.counter("moe:failovers_total", "Times the EP group re-formed without failed ranks (no restart).");
+  registry_.counter("moe:rank_failures_total", "EP ranks declared failed and left out of the group.");
+  registry_.gauge("moe:lost_experts", "(layer, expert) pairs with no live replica now (their tokens are rerouted).");
+  registry_.counter("moe:degraded_tokens_total",
+                    "Tokens routed to their next-best live expert because an expert they chose was lost.");
+  failover_ = &registry_.histogram("moe:failover_seconds",
+                                   "Time from a rank failure's detection to serving on the survivors.", kRecoveryBuckets);
 }
 
 void ServerMetrics::count_http(const std::string& endpoint, int status) {
@@ -69,6 +77,16 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
     std::lock_guard<std::mutex> lock(recovery_mu_);
     for (; recoveries_observed_ < s.recovery_seconds.size(); ++recoveries_observed_) {
       recovery_->observe(s.recovery_seconds[recoveries_observed_]);
+    }
+  }
+  registry_.counter("moe:failovers_total", "").set(static_cast<double>(s.failovers));
+  registry_.counter("moe:rank_failures_total", "").set(static_cast<double>(s.ranks_lost));
+  registry_.gauge("moe:lost_experts", "").set(static_cast<double>(s.lost_experts));
+  registry_.counter("moe:degraded_tokens_total", "").set(static_cast<double>(s.degraded_tokens));
+  {
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    for (; failovers_observed_ < s.failover_seconds.size(); ++failovers_observed_) {
+      failover_->observe(s.failover_seconds[failovers_observed_]);
     }
   }
   for (size_t i = 0; i < s.expert_tokens.size() && i < s.moe_layers.size(); ++i) {

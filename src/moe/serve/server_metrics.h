@@ -14,6 +14,10 @@
 //   moe:worker_failures_total / moe:recoveries_total /     counters of the supervisor
 //   moe:replayed_requests_total                            (`moe serve --supervise`; 0 otherwise)
 //   moe:recovery_seconds                                  histogram, worker failure -> serving again
+//   moe:failovers_total, moe:rank_failures_total          counters, failover without a restart
+//   moe:lost_experts                                      gauge, (layer, expert) pairs with no live replica
+//   moe:degraded_tokens_total                             counter, tokens rerouted from a lost expert
+//   moe:failover_seconds                                  histogram, rank failure -> serving on survivors
 // Thread-safe.
 #pragma once
 
@@ -46,6 +50,8 @@ class ServerMetrics {
   Histogram* recovery_;
   std::mutex recovery_mu_;
   size_t recoveries_observed_ = 0;  // entries of ServiceSnapshot::recovery_seconds observed
+  Histogram* failover_;
+  size_t failovers_observed_ = 0;  // entries of ServiceSnapshot::failover_seconds observed
 };
 
 }  // namespace moe::serve

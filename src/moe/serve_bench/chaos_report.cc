@@ -89,7 +89,8 @@ std::map<std::string, double> parse_fault_metrics(const std::string& exposition)
     const std::string name = line.substr(0, name_end);
     if (name.size() > 7 && name.compare(name.size() - 7, 7, "_bucket") == 0) continue;  // a histogram's buckets
     if (name.find("failure") == std::string::npos && name.find("recover") == std::string::npos &&
-        name.find("replay") == std::string::npos && name.find("degraded") == std::string::npos) {
+        name.find("replay") == std::string::npos && name.find("degraded") == std::string::npos &&
+        name.find("failover") == std::string::npos && name.find("lost_experts") == std::string::npos) {
       continue;
     }
     size_t value_at = line.find('}', name_end);

@@ -64,7 +64,8 @@ std::optional<double> recovery_from_results(const std::vector<ChaosResult>& resu
                                             double min_outage_s);
 
 // The fault counters of a Prometheus text exposition: every sample whose metric name
-// contains "failure", "recover", "replay" or "degraded" (labels summed per name; a
+// contains "failure", "recover", "replay", "degraded", "failover" or "lost_experts"
+// (labels summed per name; a
 // histogram's _bucket samples are skipped, its _sum and _count kept).
 std::map<std::string, double> parse_fault_metrics(const std::string& exposition);
 

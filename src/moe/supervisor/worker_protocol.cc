@@ -148,7 +148,12 @@ std::string encode_snapshot(const ServiceSnapshot& s) {
                {"worker_failures", s.worker_failures},
                {"recoveries", s.recoveries},
                {"replayed_requests", s.replayed_requests},
-               {"recovery_seconds", s.recovery_seconds}});
+               {"recovery_seconds", s.recovery_seconds},
+               {"failovers", s.failovers},
+               {"ranks_lost", s.ranks_lost},
+               {"lost_experts", s.lost_experts},
+               {"degraded_tokens", s.degraded_tokens},
+               {"failover_seconds", s.failover_seconds}});
 }
 
 StatusOr<ServiceSnapshot> decode_snapshot(const std::string& text) {
@@ -170,6 +175,11 @@ StatusOr<ServiceSnapshot> decode_snapshot(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "recoveries", &s.recoveries, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "replayed_requests", &s.replayed_requests, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "recovery_seconds", &s.recovery_seconds, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "failovers", &s.failovers, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "ranks_lost", &s.ranks_lost, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "lost_experts", &s.lost_experts, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "degraded_tokens", &s.degraded_tokens, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "failover_seconds", &s.failover_seconds, kWhat));
   return s;
 }
 

@@ -1,0 +1,76 @@
+// Level 1 of fault tolerance, end to end: `mpirun --enable-recovery -np 3 moe serve
+// --ep 3 --comm-backend gloo --min-replicas 2`, with a long greedy streamed request in
+// flight when rank 2 is SIGKILLed. Rank 0 and rank 1 re-form the group without a
+// restart: the stream goes on to the end with no error, its text equals `moe generate`,
+// /metrics counts one failover and one failed rank, and a second request afterwards is
+// exact too. Also: `--comm-backend gloo` outside mpirun is refused by name.
+#include <signal.h>
+
+#include <atomic>
+#include <future>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "contains_util.h"
+#include "serve_process.h"
+
+namespace moe {
+namespace {
+
+using testing::ServeProcess;
+
+double metric(const std::string& text, const std::string& name) {
+  const std::regex re("\n" + name + " ([0-9.e+-]+)");
+  std::smatch m;
+  return std::regex_search(text, m, re) ? std::stod(m[1].str()) : -1;
+}
+
+TEST(ServeFailoverMpirun, KilledRankFailsOverWithoutLosingTheStream) {
+  const std::string prompt = "ROMEO:";
+  const int max_tokens = 200;
+  const std::string expected = testing::generate_text(prompt, max_tokens);  // 200 tokens, no EOS
+  ServeProcess server({"--ep", "3", "--comm-backend", "gloo", "--min-replicas", "2", "--comm-timeout", "3",
+                       "--threads", "1"},
+                      3, "", {"--enable-recovery"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  const pid_t victim = server.rank_pid(2);
+  ASSERT_GT(victim, 0);
+  std::atomic<bool> first{false};
+  auto streamed = std::async(std::launch::async, [&] {
+    return testing::stream_completion("127.0.0.1", server.port(), prompt, max_tokens, /*ignore_eos=*/false, &first);
+  });
+  for (int i = 0; i < 3000 && !first; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(first.load());
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const testing::Streamed s = streamed.get();
+  EXPECT_EQ(s.status, 200);
+  EXPECT_TRUE(s.done) << server.log();
+  EXPECT_EQ(s.finish_reason, "length");
+  EXPECT_EQ(s.text, expected) << server.log();
+
+  httplib::Client cli("127.0.0.1", server.port());
+  auto health = cli.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << health->body;
+  auto metrics = cli.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metric(metrics->body, "moe:failovers_total"), 1) << metrics->body;
+  EXPECT_EQ(metric(metrics->body, "moe:rank_failures_total"), 1);
+  EXPECT_EQ(metric(metrics->body, "moe:lost_experts"), 0);
+  EXPECT_EQ(metric(metrics->body, "moe:degraded_tokens_total"), 0);  // every expert had a replica on a survivor
+  // Serving goes on, exact, on the two survivors.
+  const testing::Streamed again = testing::stream_completion("127.0.0.1", server.port(), prompt, 40);
+  EXPECT_EQ(again.text, testing::generate_text(prompt, 40));
+  EXPECT_CONTAINS(server.log(), "EP group re-formed: 2 of 3 ranks");
+}
+
+TEST(ServeFailoverMpirun, GlooBackendNeedsMpirun) {
+  const testing::CommandResult r =
+      testing::run_command(testing::moe_binary() + " serve --comm-backend gloo --port 0 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "--comm-backend gloo: run under mpirun --enable-recovery");
+}
+
+}  // namespace
+}  // namespace moe
