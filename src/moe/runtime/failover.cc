@@ -71,6 +71,19 @@ Status Failover::on_group_shrunk(const std::vector<int>& kept) {
     load_status_ = st;
     done_ = true;
   });
+  // A layer with fewer live experts than top_k cannot route at all: wait for the loads
+  // and switch now (every rank decides the same from the same placements).
+  bool can_route = true;
+  for (int l = 0; l < in_.config->num_hidden_layers; ++l) {
+    if (!in_.config->is_moe_layer(l)) continue;
+    const ExpertPlacement& p = (*in_.ep)[static_cast<size_t>(l)].placement;
+    if (p.num_experts() - p.num_lost() < in_.config->router.top_k) can_route = false;
+  }
+  if (!can_route) {
+    MOE_LOG_WARN("failover: too few live experts to route top-{}: re-replicating before serving on", in_.config->router.top_k);
+    join_loader();
+    return switch_if_ready();
+  }
   return ok_status();
 }
 

@@ -71,7 +71,9 @@ class Failover {
   // Every survivor, after a re-formation (EpStepRunner::on_group_shrunk): `kept` are the
   // previous ranks that survive, ascending. Adopts the survivors' placement of every MoE
   // layer and starts loading this rank's share of the re-replication. A re-replication
-  // in progress is abandoned first. Errors: InvalidArgument for a bad `kept`.
+  // in progress is abandoned first. When some layer has fewer live experts than top_k
+  // (it cannot route at all), the loads are waited for and the switch is made here
+  // (collective). Errors: InvalidArgument for a bad `kept`; communication errors.
   Status on_group_shrunk(const std::vector<int>& kept);
   // A re-replication is in progress (identical on every rank).
   bool pending() const { return pending_; }

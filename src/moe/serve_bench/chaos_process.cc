@@ -207,6 +207,12 @@ std::string ChildProcess::output() const {
   return output_;
 }
 
+void ChildProcess::wait_output_end(double seconds) const {
+  for (double waited = 0; waited < seconds && !eof_.load(); waited += 0.005) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 bool ChildProcess::exited(int* status) {
   if (!reaped_ && pid_ > 0) {
     int s = 0;

@@ -64,6 +64,9 @@ class ChildProcess {
 
   pid_t pid() const { return pid_; }
   std::string output() const;  // everything captured so far
+  // Waits (at most `seconds`) until the reader has seen the end of the output: after the
+  // process exited, so that output() holds all it wrote.
+  void wait_output_end(double seconds) const;
   // True once the process has exited (reaped); `status` gets waitpid's status.
   bool exited(int* status = nullptr);
   // SIGKILL to the process group, to `also` (processes that left the group, e.g. a

@@ -169,6 +169,7 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
   if (!healthy) {
     int status = 0;
     const bool ended = server->exited(&status);
+    if (ended) server->wait_output_end(2);  // all it wrote (the reader may lag the exit)
     std::string out = server->output();
     if (out.size() > 2000) out = "..." + out.substr(out.size() - 2000);
     const std::string why = ended     ? "the server ended (" + describe_wait_status(status) + ")"
