@@ -21,8 +21,9 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "Emulate nodes of K consecutive ranks (0 = real nodes from MPI)")->capture_default_str();
   f->comm_timeout_option =
       app.add_option("--comm-timeout", f->launch.comm_timeout_seconds,
-                     "Seconds an expert-parallel rank waits for a peer before declaring it failed (then the "
-                     "requests in flight end with an error and every rank exits); EP only")
+                     "Seconds an expert-parallel rank waits for a peer before declaring it failed (mpi: the "
+                     "requests in flight end with an error and every rank exits; gloo: the others fail over); "
+                     "EP only")
           ->capture_default_str();
   app.add_option("--comm-backend", f->launch.comm_backend,
                  "EP transport: mpi, or gloo (survives a dead rank: the others fail over to replicas without a "
