@@ -52,7 +52,8 @@ class StatsCliTest : public ::testing::Test {
   }
   std::string hand_made() {
     return write("hand.json", R"({"layers": [
-      {"layer": 1, "tokens_per_expert": [10, 30, 20, 20], "ema": [1, 3, 2, 2], "dropped": 4, "rerouted": 2, "steps": 5},
+      {"layer": 1, "tokens_per_expert": [10, 30, 20, 20], "ema": [1, 3, 2, 2], "dropped": 4, "rerouted": 2, "steps": 5,
+       "degraded_tokens": 7, "degraded_per_expert": [0, 0, 0, 7]},
       {"layer": 3, "tokens_per_expert": [0, 0, 80, 0], "ema": [0, 0, 8, 0], "steps": 5}],
       "num_experts": 4, "ema_decay": 0.9})");
   }
@@ -84,9 +85,11 @@ TEST_F(StatsCliTest, ShowHandMadeFile) {
   auto r = moe_cmd("stats show --stats " + sh_quote(hand_made()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "2 MoE layers x 4 experts");
-  // layer, steps, tokens, max/mean, hottest, hottest tokens, dropped, rerouted
-  EXPECT_CONTAINS(r.output, "     1        5             80      1.50        1             30          4          2");
-  EXPECT_CONTAINS(r.output, "     3        5             80      4.00        2             80          0          0");
+  // layer, steps, tokens, max/mean, hottest, hottest tokens, dropped, rerouted, degraded
+  EXPECT_CONTAINS(r.output,
+                  "     1        5             80      1.50        1             30          4          2          7");
+  EXPECT_CONTAINS(r.output,
+                  "     3        5             80      4.00        2             80          0          0          0");
   EXPECT_CONTAINS(r.output, "median 2.75, max 4.00 (layer 3)");
 }
 

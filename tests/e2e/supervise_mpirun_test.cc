@@ -2,7 +2,8 @@
 // then of rank 0, then SIGSTOP of rank 1 (rank 0's /health says "stalled" after
 // --liveness-timeout), mid-stream: each time the supervisor replaces the whole group and
 // the streamed text equals the fault-free run's (greedy and seeded). --supervise itself
-// under mpirun is refused.
+// under mpirun is refused. With --comm-backend gloo, a worker rank's death is a failover
+// (no restart) and rank 0's a restart.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -69,6 +70,40 @@ TEST(SuperviseMpirun, KillingRank1ThenRank0AndStoppingRank1MidStreamLosesNothing
     EXPECT_NE(after[victim], pids[victim]);
   }
   EXPECT_EQ(testing::metric_value(port, "moe:recoveries_total"), 3);
+  EXPECT_EQ(server.terminate(), 0) << server.log();
+}
+
+// With --comm-backend gloo the two levels combine: kill -9 of rank 2 mid-stream is a
+// failover inside the group (no restart, no replay: the same worker pids serve on), then
+// kill -9 of rank 0 is a restart. Both streams equal the fault-free text.
+TEST(SuperviseMpirun, GlooWorkerDeathIsAFailoverAndRank0DeathARestart) {
+  ServeProcess server({"--supervise", "--ep", "3", "--threads", "1", "--comm-backend", "gloo", "--min-replicas", "2",
+                       "--comm-timeout", "3", "--mpirun-arg=--allow-run-as-root", "--mpirun-arg=--oversubscribe",
+                       "--recovery-timeout", "60", "--startup-timeout", "60"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  const int port = server.port();
+  const json greedy = request("ROMEO:\nWhat light", 80, 0);
+  const testing::SupervisedStream ref = testing::stream_request(port, greedy);
+  ASSERT_EQ(ref.finish_reason, "length") << server.log();
+
+  const std::vector<int64_t> pids = testing::worker_pids(port);
+  ASSERT_EQ(pids.size(), 3u) << testing::health_json(port).dump();
+  const testing::SupervisedStream g1 =
+      testing::stream_request(port, greedy, [&] { ::kill(static_cast<pid_t>(pids[2]), SIGKILL); });
+  EXPECT_EQ(g1.error, "") << server.log();
+  EXPECT_EQ(g1.text, ref.text);
+  EXPECT_EQ(testing::metric_value(port, "moe:failovers_total"), 1) << server.log();
+  EXPECT_EQ(testing::metric_value(port, "moe:rank_failures_total"), 1);
+  EXPECT_EQ(testing::metric_value(port, "moe:worker_failures_total"), 0);  // no restart
+  EXPECT_EQ(testing::worker_pids(port)[0], pids[0]);                      // the same group serves on
+
+  const testing::SupervisedStream g2 =
+      testing::stream_request(port, greedy, [&] { ::kill(static_cast<pid_t>(pids[0]), SIGKILL); });
+  EXPECT_EQ(g2.error, "") << server.log();
+  EXPECT_EQ(g2.text, ref.text);
+  EXPECT_EQ(testing::metric_value(port, "moe:worker_failures_total"), 1) << server.log();
+  EXPECT_EQ(testing::metric_value(port, "moe:recoveries_total"), 1);
+  EXPECT_NE(testing::worker_pids(port)[0], pids[0]);
   EXPECT_EQ(server.terminate(), 0) << server.log();
 }
 

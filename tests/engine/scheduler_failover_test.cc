@@ -19,6 +19,7 @@
 #include "contains_util.h"
 #include "moe/comm/faulty_communicator.h"
 #include "moe/comm/gloo_communicator.h"
+#include "moe/runtime/expert_migration.h"
 #include "moe/scheduler.h"
 #include "test_util.h"
 
@@ -97,7 +98,10 @@ struct Outcome {
   Status run = ok_status(), rank1 = ok_status(), rank2 = ok_status();
 };
 
-Outcome serve_and_lose_rank2(int min_replicas) {
+// Rank 2 vanishes after start-up and a few steps' exchanges (80 operations), or as
+// `rank2` says; `rebalance_every` > 0 turns live rebalancing on (every expert movable).
+Outcome serve_and_lose_rank2(int min_replicas, FaultPlan rank2 = FaultPlan{.vanish_after_ops = 80},
+                             int rebalance_every = 0) {
   Outcome o;
   const std::string dir = testing::make_temp_dir("gloo_failover");
   std::vector<std::thread> threads;
@@ -111,12 +115,16 @@ Outcome serve_and_lose_rank2(int min_replicas) {
         (rank == 0 ? o.run : rank == 1 ? o.rank1 : o.rank2) = comm.status();
         return;
       }
-      // Rank 2 stops taking part after start-up and a few steps' exchanges.
-      FaultyCommunicator faulty(*comm.value(), FaultPlan{.vanish_after_ops = rank == 2 ? 80 : -1});
+      FaultyCommunicator faulty(*comm.value(), rank == 2 ? rank2 : FaultPlan{});
       Communicator& c = rank == 2 ? static_cast<Communicator&>(faulty) : *comm.value();
       EngineOptions opts{.model_dir = testing::tiny_model_dir(), .num_threads = 1, .comm = &c,
                          .comm_timeout_seconds = 2};
       opts.min_replicas = min_replicas;
+      if (rebalance_every > 0) {
+        opts.rebalance_every = rebalance_every;
+        opts.rebalance_min_gain = 0;  // adopt every plan: experts move
+        opts.slots_per_rank = 6;
+      }
       auto engine = Engine::open(opts);
       if (!engine.ok()) {
         (rank == 0 ? o.run : rank == 1 ? o.rank1 : o.rank2) = engine.status();
@@ -196,6 +204,27 @@ TEST(SchedulerFailover, LostExpertsAreReroutedThenReReplicated) {
   EXPECT_GT(o.snap.degraded_tokens, 0);  // the retried step ran with rank 2's experts lost
   EXPECT_EQ(o.snap.lost_experts, 0);     // re-replicated since
   EXPECT_EQ(o.after.tokens, ref[0]);     // exact again
+}
+
+// Rank 2 dies in the middle of a live rebalancing's expert migration (at its first
+// transfer): the migration fails on every survivor without a hang, the old placement stays
+// in force, the survivors re-form with it and every request completes exactly.
+TEST(SchedulerFailover, DeathDuringAMigrationKeepsTheOldPlanAndFailsOver) {
+  const auto ref = reference();
+  FaultPlan in_migration;
+  in_migration.vanish_on_tag = kMigrationTagHeader;
+  const Outcome o = serve_and_lose_rank2(/*min_replicas=*/2, in_migration, /*rebalance_every=*/2);
+  EXPECT_TRUE(o.run.ok()) << o.run.to_string();
+  EXPECT_TRUE(o.rank1.ok()) << o.rank1.to_string();
+  EXPECT_CONTAINS(o.rank2.message(), "is gone");  // it did vanish, in a migration
+  ASSERT_EQ(o.during.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(o.during[static_cast<size_t>(i)].finish_reason, "length") << o.during[static_cast<size_t>(i)].error;
+    EXPECT_EQ(o.during[static_cast<size_t>(i)].tokens, ref[static_cast<size_t>(i)]) << kPrompts[i];
+  }
+  EXPECT_EQ(o.snap.failovers, 1);
+  EXPECT_EQ(o.snap.ranks_lost, 1);
+  EXPECT_EQ(o.after.tokens, ref[0]);
 }
 
 }  // namespace

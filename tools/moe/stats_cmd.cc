@@ -69,17 +69,19 @@ int run_show(const StatsFlags& f) {
   auto loaded = load(f.stats);
   if (!loaded.ok()) return fail(loaded.status().message());
   const ExpertLoadStats& s = loaded.value();
-  std::printf("%s: %s (tokens = token-expert assignments)\n", f.stats.c_str(), shape(s).c_str());
-  std::printf("%6s %8s %14s %9s %8s %14s %10s %10s\n", "layer", "steps", "tokens", "max/mean", "hottest",
-              "hottest tokens", "dropped", "rerouted");
+  std::printf("%s: %s (tokens = token-expert assignments; degraded = tokens rerouted from a lost expert)\n",
+              f.stats.c_str(), shape(s).c_str());
+  std::printf("%6s %8s %14s %9s %8s %14s %10s %10s %10s\n", "layer", "steps", "tokens", "max/mean", "hottest",
+              "hottest tokens", "dropped", "rerouted", "degraded");
   std::vector<double> imbalances;
   for (int id : s.layer_ids()) {
     const int hot = s.hottest_expert(id);
     imbalances.push_back(s.imbalance(id));
-    std::printf("%6d %8lld %14lld %9.2f %8d %14lld %10lld %10lld\n", id, static_cast<long long>(s.steps(id)),
+    std::printf("%6d %8lld %14lld %9.2f %8d %14lld %10lld %10lld %10lld\n", id, static_cast<long long>(s.steps(id)),
                 static_cast<long long>(s.total_tokens(id)), s.imbalance(id), hot,
                 static_cast<long long>(s.tokens_per_expert(id)[static_cast<size_t>(hot)]),
-                static_cast<long long>(s.dropped(id)), static_cast<long long>(s.rerouted(id)));
+                static_cast<long long>(s.dropped(id)), static_cast<long long>(s.rerouted(id)),
+                static_cast<long long>(s.degraded_tokens(id)));
   }
   const auto worst = std::max_element(imbalances.begin(), imbalances.end());
   std::vector<double> sorted = imbalances;

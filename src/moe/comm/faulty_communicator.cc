@@ -122,12 +122,20 @@ Status FaultyCommunicator::barrier() {
   return inner_.barrier();
 }
 
+void FaultyCommunicator::vanish_if_tag(int tag) {
+  if (plan_.vanish_on_tag >= 0 && tag == plan_.vanish_on_tag && plan_.vanish_after_ops < 0) {
+    plan_.vanish_after_ops = static_cast<int>(counts_.ops);  // from this operation on
+  }
+}
+
 Status FaultyCommunicator::send(const void* data, size_t bytes, int dest, int tag) {
+  vanish_if_tag(tag);
   MOE_RETURN_IF_ERROR(enter("send"));
   return inner_.send(data, bytes, dest, tag);
 }
 
 Status FaultyCommunicator::recv(void* data, size_t bytes, int source, int tag) {
+  vanish_if_tag(tag);
   MOE_RETURN_IF_ERROR(enter("recv"));
   MOE_RETURN_IF_ERROR(inner_.recv(data, bytes, source, tag));
   if (plan_.corrupt_recv_tag >= 0 && tag == plan_.corrupt_recv_tag && !recv_corrupted_) {

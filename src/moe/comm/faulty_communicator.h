@@ -13,6 +13,8 @@
 //    way. Operations are counted in call order (every collective, point-to-point call and
 //    ialltoallv issue counts one), so a test can stop a rank between the stages of one
 //    logical exchange (e.g. after the counts all-to-all, before the payload).
+//    Or at the first point-to-point call with tag `vanish_on_tag` (a dead peer in the
+//    middle of an expert migration).
 //  - delay: every operation first sleeps `delay_seconds` (a slow or stalled peer).
 //  - corrupt: one byte is flipped in the data this rank receives, once: in the first
 //    recv() whose tag equals `corrupt_recv_tag` (>= 0), and/or in the
@@ -32,6 +34,7 @@ namespace moe {
 
 struct FaultPlan {
   int vanish_after_ops = -1;        // -1 = never; 0 = dead from the start ("drop")
+  int vanish_on_tag = -1;           // vanish at the first send()/recv() with this tag (e.g. a migration's); -1 = off
   double delay_seconds = 0;         // sleep before every operation
   int corrupt_recv_tag = -1;        // flip a byte of the first recv() with this tag; -1 = off
   int corrupt_alltoallv_index = -1; // flip a byte of this alltoallv/ialltoallv's result; -1 = off
@@ -78,6 +81,7 @@ class FaultyCommunicator final : public Communicator {
   Status recv(void* data, size_t bytes, int source, int tag) override;
 
  private:
+  void vanish_if_tag(int tag);
   // Counts the operation, applies the delay; Unavailable (naming `op`) once the rank is gone.
   Status enter(const char* op);
   // Flips one byte of `data` (the middle one) and counts it.

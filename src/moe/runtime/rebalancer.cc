@@ -64,8 +64,11 @@ Status Rebalancer::rebalance() {
     }
     in.num_ranks = R;
     in.num_nodes = R % comm.num_nodes() == 0 ? comm.num_nodes() : 1;
-    const int m = std::max(1, in_.options.min_replicas);
+    int m = std::max(1, in_.options.min_replicas);
     in.slots_per_rank = in_.options.slots_per_rank > 0 ? in_.options.slots_per_rank : (E * m + R - 1) / R;
+    // After a failover the group may be too small for the floor: keep as many replicas
+    // as the slots allow (distinct ranks, R * slots >= E * m), at least one.
+    m = std::max(1, std::min({m, R, R * in.slots_per_rank / std::max(E, 1)}));
     in.replica_cap = in_.options.replica_cap;
     in.min_replicas = m;
     auto plan = plan_placement(in);

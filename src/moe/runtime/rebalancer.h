@@ -22,7 +22,8 @@ namespace moe {
 struct RebalanceOptions {
   int slots_per_rank = 0;     // expert slots per rank; 0 = ceil(num_experts * min_replicas / num_ranks)
   int replica_cap = 4;        // most replicas of one expert
-  int min_replicas = 1;       // fewest replicas of every expert, on distinct ranks (planner floor)
+  int min_replicas = 1;       // fewest replicas of every expert, on distinct ranks (planner floor; lowered
+                              // to what the ranks and slots allow when the group shrank after a failover)
   double min_gain = 0.1;      // adopt a plan only if it lowers the predicted max rank load by this fraction
 };
 
