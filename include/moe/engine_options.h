@@ -58,6 +58,11 @@ struct EngineOptions {
   // it, and a placement file giving an expert fewer is refused (InvalidArgument naming
   // the layer and expert). slots_per_rank 0 then means ceil(experts * min_replicas / ranks).
   int min_replicas = 1;
+  // Failover (a communicator that can re-form, e.g. Gloo): after the group lost ranks,
+  // how long the survivors wait (seconds, >= 0) for the experts left with no live
+  // replica to be re-loaded before serving on in degraded mode (their tokens sent to the
+  // next-best live expert until the loads are done). 0 = serve degraded at once.
+  double failover_wait_seconds = 2;
   // A new plan is adopted only if it lowers the predicted max rank load (summed over
   // MoE layers, from the load EMA) by at least this fraction: moving experts costs time.
   double rebalance_min_gain = 0.1;

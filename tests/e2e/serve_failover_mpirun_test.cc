@@ -70,6 +70,17 @@ TEST(ServeFailoverMpirun, GlooBackendNeedsMpirun) {
       testing::run_command(testing::moe_binary() + " serve --comm-backend gloo --port 0 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "--comm-backend gloo: run under mpirun --enable-recovery");
+  // Gloo's own flags without it are refused by name, not ignored.
+  for (const std::string& flag : {"--failover-wait 1", "--gloo-store /tmp/x", "--gloo-host 10.0.0.1"}) {
+    const testing::CommandResult g =
+        testing::run_command(testing::moe_binary() + " generate --prompt x --max-tokens 1 " + flag + " 2>&1");
+    EXPECT_EQ(g.exit_code, 1) << flag << ": " << g.output;
+    EXPECT_CONTAINS(g.output, flag.substr(0, flag.find(' ')) + " applies to --comm-backend gloo");
+  }
+  const testing::CommandResult bad = testing::run_command(
+      testing::moe_binary() + " generate --prompt x --max-tokens 1 --failover-wait -1 2>&1");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_CONTAINS(bad.output, "--failover-wait must be a finite number of seconds >= 0");
 }
 
 }  // namespace

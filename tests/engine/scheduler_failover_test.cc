@@ -4,10 +4,11 @@
 // Rank 0 and rank 1 re-form the group and go on: every request in flight completes
 // with no error, and its greedy text equals the single-process engine's:
 //   - with --min-replicas 2 every expert keeps a live replica (exact throughout);
-//   - with one copy per expert, rank 2's experts are lost: tokens go to the next-best
-//     live expert (degraded, counted) until the survivors re-load them from the model
-//     files, then routing is exact again (a request submitted after that equals the
-//     reference; /health said "degraded" meanwhile).
+//   - with one copy per expert, rank 2's experts are lost: with failover_wait 0 tokens go
+//     to the next-best live expert (degraded, counted) until the survivors re-load them
+//     from the model files, then routing is exact again (a request submitted after that
+//     equals the reference); with a wait, the quick re-load is waited for (exact);
+//   - a death in the middle of an expert migration keeps the old plan and fails over.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -101,7 +102,7 @@ struct Outcome {
 // Rank 2 vanishes after start-up and a few steps' exchanges (80 operations), or as
 // `rank2` says; `rebalance_every` > 0 turns live rebalancing on (every expert movable).
 Outcome serve_and_lose_rank2(int min_replicas, FaultPlan rank2 = FaultPlan{.vanish_after_ops = 80},
-                             int rebalance_every = 0) {
+                             int rebalance_every = 0, double failover_wait = 0) {
   Outcome o;
   const std::string dir = testing::make_temp_dir("gloo_failover");
   std::vector<std::thread> threads;
@@ -120,6 +121,7 @@ Outcome serve_and_lose_rank2(int min_replicas, FaultPlan rank2 = FaultPlan{.vani
       EngineOptions opts{.model_dir = testing::tiny_model_dir(), .num_threads = 1, .comm = &c,
                          .comm_timeout_seconds = 2};
       opts.min_replicas = min_replicas;
+      opts.failover_wait_seconds = failover_wait;
       if (rebalance_every > 0) {
         opts.rebalance_every = rebalance_every;
         opts.rebalance_min_gain = 0;  // adopt every plan: experts move
@@ -204,6 +206,23 @@ TEST(SchedulerFailover, LostExpertsAreReroutedThenReReplicated) {
   EXPECT_GT(o.snap.degraded_tokens, 0);  // the retried step ran with rank 2's experts lost
   EXPECT_EQ(o.snap.lost_experts, 0);     // re-replicated since
   EXPECT_EQ(o.after.tokens, ref[0]);     // exact again
+}
+
+// The same loss with --failover-wait 5: re-loading the lost experts from the model files
+// takes milliseconds, so the survivors wait for it and never serve degraded: every
+// request in flight stays exact.
+TEST(SchedulerFailover, QuickReloadIsWaitedForAndStaysExact) {
+  const auto ref = reference();
+  const Outcome o = serve_and_lose_rank2(/*min_replicas=*/1, FaultPlan{.vanish_after_ops = 80}, 0,
+                                         /*failover_wait=*/5);
+  EXPECT_TRUE(o.run.ok()) << o.run.to_string();
+  ASSERT_EQ(o.during.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(o.during[static_cast<size_t>(i)].tokens, ref[static_cast<size_t>(i)]) << kPrompts[i];
+  }
+  EXPECT_EQ(o.snap.failovers, 1);
+  EXPECT_EQ(o.snap.degraded_tokens, 0);
+  EXPECT_EQ(o.snap.lost_experts, 0);
 }
 
 // Rank 2 dies in the middle of a live rebalancing's expert migration (at its first

@@ -24,6 +24,8 @@ struct EngineFlags {
   const CLI::Option* capacity_option = nullptr;  // set by add_engine_flags
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
   const CLI::Option* gloo_host_option = nullptr;  // --gloo-host
+  const CLI::Option* failover_wait_option = nullptr;  // --failover-wait
+  bool failover_wait_given() const { return failover_wait_option != nullptr && failover_wait_option->count() > 0; }
   bool gloo_host_given() const { return gloo_host_option != nullptr && gloo_host_option->count() > 0; }
   bool capacity_given() const { return capacity_option != nullptr && capacity_option->count() > 0; }
   bool comm_timeout_given() const { return comm_timeout_option != nullptr && comm_timeout_option->count() > 0; }

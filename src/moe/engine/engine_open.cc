@@ -173,6 +173,7 @@ FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* 
   int slots = options.slots_per_rank;
   for (const EpContext& ctx : impl->ep) slots = std::max(slots, ctx.placement.max_experts_per_rank());
   in.slots_per_rank = std::max(slots, 1);
+  in.wait_seconds = options.failover_wait_seconds;
   in.load_expert = [impl](int layer, int expert, std::vector<LayerWeights>* layers, ExpertStore* store) -> Status {
     if (impl->store != nullptr) {
       return load_expert_from_store(*impl->store, impl->config, layer, expert, MigrationTarget{layers, store});
@@ -201,6 +202,9 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   if (impl->config.family == ModelFamily::kDeepseekV3) {
     return unimplemented(dir + "/config.json: model_type 'deepseek_v3' is parsed (its router is supported) but "
                          "Multi-head Latent Attention is not implemented yet, so the model cannot run");
+  }
+  if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
+    return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
   }
   if (options.min_replicas < 1 || (options.min_replicas > 1 && impl->comm == nullptr)) {
     return invalid_argument("min_replicas " + std::to_string(options.min_replicas) +

@@ -1,5 +1,6 @@
 #include "moe/runtime/failover.h"
 
+#include <chrono>
 #include <utility>
 
 #include "moe/core/clock.h"
@@ -84,7 +85,10 @@ Status Failover::on_group_shrunk(const std::vector<int>& kept) {
     join_loader();
     return switch_if_ready();
   }
-  return ok_status();
+  // A quick re-load is worth a short wait: exact outputs instead of degraded ones.
+  const double until = now_seconds() + in_.wait_seconds;
+  while (!done_.load() && now_seconds() < until) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return switch_if_ready();
 }
 
 Status Failover::switch_if_ready() {

@@ -49,6 +49,8 @@ struct FailoverInputs {
   std::vector<LayerWeights>* layers = nullptr;  // this rank's weights; re-replicated experts bound in
   ExpertStore* expert_store = nullptr;          // owns the bytes of re-replicated experts
   int slots_per_rank = 1;                       // memory budget per rank, in experts per layer (>= 1)
+  // How long on_group_shrunk waits for the re-replication before serving degraded (>= 0 s).
+  double wait_seconds = 0;
   ExpertLoadFn load_expert;
 };
 
@@ -71,9 +73,11 @@ class Failover {
   // Every survivor, after a re-formation (EpStepRunner::on_group_shrunk): `kept` are the
   // previous ranks that survive, ascending. Adopts the survivors' placement of every MoE
   // layer and starts loading this rank's share of the re-replication. A re-replication
-  // in progress is abandoned first. When some layer has fewer live experts than top_k
-  // (it cannot route at all), the loads are waited for and the switch is made here
-  // (collective). Errors: InvalidArgument for a bad `kept`; communication errors.
+  // in progress is abandoned first. Then, if experts were lost, it waits up to
+  // wait_seconds for this rank's loads and tries the switch once (collective): a quick
+  // re-load serves on exact, a slow one degraded. When some layer has fewer live experts
+  // than top_k (it cannot route at all), it waits for the loads however long they take.
+  // Errors: InvalidArgument for a bad `kept`; communication errors.
   Status on_group_shrunk(const std::vector<int>& kept);
   // A re-replication is in progress (identical on every rank).
   bool pending() const { return pending_; }
