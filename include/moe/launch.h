@@ -96,13 +96,13 @@ struct EpLaunchOptions {
   // group) or "gloo" (Gloo over TCP; mpirun only starts the processes, which must run
   // under `mpirun --enable-recovery` so that one rank's death does not end the job: the
   // survivors re-form the group and fail over, docs/reliability.md).
-  std::string comm_backend = "mpi";
+  std::string comm_backend{"mpi"};
   // Gloo only (`--gloo-store`): the rendezvous directory every rank can reach (a shared
   // filesystem across machines); empty = /tmp/moe-gloo-<mpirun job id> (one machine).
-  std::string gloo_store_dir;
+  std::string gloo_store_dir{};
   // Gloo only (`--gloo-host`): the address this rank listens on for its peers (the
   // machine's own address when ranks span machines).
-  std::string gloo_host = "127.0.0.1";
+  std::string gloo_host{"127.0.0.1"};
 };
 
 // The Engine of this process and, under mpirun, the communicator it runs on. The
@@ -117,6 +117,9 @@ struct LaunchedEngine {
   std::unique_ptr<Engine> engine;      // never null after a successful launch_engine()
   int rank = 0;       // this process's EP rank; rank 0 generates, the others run_worker()
   int num_ranks = 1;  // EP ranks (1 for one process)
+  // --comm-backend gloo with the default rendezvous directory: rank 0 removes it when
+  // the engine and communicator are gone (empty otherwise).
+  std::string owned_rendezvous_dir;
 };
 
 // Opens options' Engine on the EP group that `launch` describes. Under mpirun (or with

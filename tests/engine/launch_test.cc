@@ -66,6 +66,16 @@ TEST_F(LaunchTest, EpAboveOneWithoutMpirunSaysHowToRunIt) {
   EXPECT_CONTAINS(opened.status().message(), "--ep 2 needs 2 processes: run it as mpirun -np 2 moe serve --ep 2");
 }
 
+TEST_F(LaunchTest, BadCommBackendAndGlooStoreWithoutGlooNameTheFlag) {
+  auto opened = launch_engine({.model_dir = testing::tiny_model_dir()}, {.comm_backend = "tcp"});
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(opened.status().message(), "--comm-backend must be mpi or gloo (got 'tcp')");
+  opened = launch_engine({.model_dir = testing::tiny_model_dir()}, {.gloo_store_dir = "/tmp/x"});
+  ASSERT_FALSE(opened.ok());
+  EXPECT_CONTAINS(opened.status().message(), "--gloo-store applies to --comm-backend gloo");
+}
+
 TEST_F(LaunchTest, BadEpAndRanksPerNodeNameTheFlag) {
   auto opened = launch_engine({.model_dir = testing::tiny_model_dir()}, {.ep = 0});
   ASSERT_FALSE(opened.ok());

@@ -262,6 +262,7 @@ TEST(ChaosReport, SummarySeparatesFrontEndKillsAndTakesRecoveryPercentiles) {
                                     trial(false, 2.0, true, 0), trial(true, std::nullopt, false, 2)};
   trials[0].fault_metrics = {{"moe:recoveries_total", 1}};
   trials[1].fault_metrics = {{"moe:recoveries_total", 2}, {"moe:replayed_requests_total", 4}};
+  trials[2].fault_metrics = {{"moe:failovers_total", 1}, {"moe:degraded_tokens_total", 17}};
   trials.push_back(ChaosTrial{});
   trials.back().setup_error = "did not start";
   const ChaosSummary s = summarize(trials, w, reference);
@@ -276,7 +277,9 @@ TEST(ChaosReport, SummarySeparatesFrontEndKillsAndTakesRecoveryPercentiles) {
   EXPECT_EQ(s.recovered, 3);
   EXPECT_DOUBLE_EQ(s.recovery_p50_s, 2.0);
   EXPECT_DOUBLE_EQ(s.recovery_max_s, 3.0);
-  EXPECT_EQ(s.fault_metrics, (std::map<std::string, double>{{"moe:recoveries_total", 3},
+  EXPECT_EQ(s.fault_metrics, (std::map<std::string, double>{{"moe:degraded_tokens_total", 17},
+                                                             {"moe:failovers_total", 1},
+                                                             {"moe:recoveries_total", 3},
                                                              {"moe:replayed_requests_total", 4}}));
   const auto j = chaos_json(trials, w, reference);
   EXPECT_EQ(j["totals"]["rank_faults"]["lost"], 1);
@@ -287,6 +290,9 @@ TEST(ChaosReport, SummarySeparatesFrontEndKillsAndTakesRecoveryPercentiles) {
   EXPECT_NE(table.find("hangs: 1"), std::string::npos);
   EXPECT_NE(table.find("p50 2.00 s, max 3.00 s"), std::string::npos);
   EXPECT_NE(table.find("moe:recoveries_total 3 moe:replayed_requests_total 4"), std::string::npos) << table;
+  // Per trial: how it came back and its degraded tokens.
+  EXPECT_NE(table.find(" restart       -"), std::string::npos) << table;
+  EXPECT_NE(table.find(" failover     17"), std::string::npos) << table;
 }
 
 }  // namespace

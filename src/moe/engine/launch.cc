@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <utility>
 
 #include "moe/comm/communicator.h"
@@ -51,6 +52,10 @@ LaunchedEngine& LaunchedEngine::operator=(LaunchedEngine&&) noexcept = default;
 LaunchedEngine::~LaunchedEngine() {
   engine.reset();  // before its communicator (members would go in the same order; said explicitly)
   comm.reset();
+  if (!owned_rendezvous_dir.empty()) {
+    std::error_code ec;  // best effort: a worker still reading it only fails to re-form, as it would anyway
+    std::filesystem::remove_all(owned_rendezvous_dir, ec);
+  }
 }
 
 namespace {
@@ -62,6 +67,13 @@ int env_int(const char* name) {
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
   return *end == '\0' && n >= 0 && n <= 1 << 20 ? static_cast<int>(n) : -1;
+}
+
+// /tmp/moe-gloo-<mpirun job id>, or "" when the environment has no job id.
+std::string default_gloo_store_dir() {
+  const char* job = std::getenv("OMPI_MCA_ess_base_jobid");
+  if (job == nullptr) job = std::getenv("PMIX_NAMESPACE");
+  return job == nullptr ? std::string() : std::string("/tmp/moe-gloo-") + job;
 }
 
 // The Gloo group of the ranks mpirun started (MPI itself is not initialised: mpirun
@@ -78,15 +90,10 @@ StatusOr<std::unique_ptr<Communicator>> open_gloo_group(const EpLaunchOptions& l
                             " ranks; they must match");
   }
   GlooOptions go;
-  go.store_dir = launch.gloo_store_dir;
+  go.store_dir = launch.gloo_store_dir.empty() ? default_gloo_store_dir() : launch.gloo_store_dir;
   if (go.store_dir.empty()) {
-    const char* job = std::getenv("OMPI_MCA_ess_base_jobid");
-    if (job == nullptr) job = std::getenv("PMIX_NAMESPACE");
-    if (job == nullptr) {
-      return invalid_argument("--comm-backend gloo: no mpirun job id in the environment to name the rendezvous "
-                              "directory: give --gloo-store DIR");
-    }
-    go.store_dir = std::string("/tmp/moe-gloo-") + job;
+    return invalid_argument("--comm-backend gloo: no mpirun job id in the environment to name the rendezvous "
+                            "directory: give --gloo-store DIR");
   }
   go.hostname = launch.gloo_host;
   go.ranks_per_node = launch.ranks_per_node;
@@ -142,6 +149,9 @@ StatusOr<LaunchedEngine> launch_engine(EngineOptions options, const EpLaunchOpti
   LaunchedEngine out;
   MOE_ASSIGN_OR_RETURN(out.comm, open_ep_group(launch));
   out.rank = out.comm ? out.comm->rank() : 0;
+  if (out.comm && out.rank == 0 && launch.comm_backend == "gloo" && launch.gloo_store_dir.empty()) {
+    out.owned_rendezvous_dir = default_gloo_store_dir();
+  }
   out.num_ranks = out.comm ? out.comm->size() : 1;
   options.comm = out.comm.get();
   options.comm_timeout_seconds = launch.comm_timeout_seconds;

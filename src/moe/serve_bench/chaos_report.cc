@@ -146,15 +146,32 @@ std::string recovery_text(const ChaosTrial& t) {
   return t.recovery_s ? format_fixed(*t.recovery_s, 2) + " s" : "never";
 }
 
+double metric_of(const ChaosTrial& t, const std::string& name) {
+  const auto it = t.fault_metrics.find(name);
+  return it == t.fault_metrics.end() ? 0 : it->second;
+}
+
+// How the server came back, from its counters: "failover" (inside the worker group),
+// "restart" (the supervisor relaunched it), both, or "-".
+std::string recovered_by(const ChaosTrial& t) {
+  const bool failover = metric_of(t, "moe:failovers_total") > 0, restart = metric_of(t, "moe:recoveries_total") > 0;
+  return failover && restart ? "both" : failover ? "failover" : restart ? "restart" : "-";
+}
+
+std::string degraded_text(const ChaosTrial& t) {
+  if (t.fault_metrics.count("moe:degraded_tokens_total") == 0) return "-";
+  return std::to_string(static_cast<long long>(metric_of(t, "moe:degraded_tokens_total")));
+}
+
 }  // namespace
 
 std::string render_chaos_table(const std::vector<ChaosTrial>& trials, const std::vector<ChaosRequest>& requests,
                                const std::vector<std::string>& reference) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof(line), "%-5s %-7s %-9s %7s %5s %5s %5s %7s %7s %-4s %9s %-13s %5s %5s\n", "trial",
-                "fault", "target", "at", "done", "lost", "err", "greedy=", "seeded=", "hang", "recovery", "server",
-                "strag", "left");
+  std::snprintf(line, sizeof(line), "%-5s %-7s %-9s %7s %5s %5s %5s %7s %7s %-4s %9s %-8s %6s %-13s %5s %5s\n",
+                "trial", "fault", "target", "at", "done", "lost", "err", "greedy=", "seeded=", "hang", "recovery", "by",
+                "degr", "server", "strag", "left");
   out += line;
   for (const ChaosTrial& t : trials) {
     if (!t.setup_error.empty()) {
@@ -165,11 +182,12 @@ std::string render_chaos_table(const std::vector<ChaosTrial>& trials, const std:
     }
     const ChaosCounts c = count_results(requests, t.results, reference);
     const std::string at = t.fault_at_s < 0 ? "-" : format_fixed(t.fault_at_s, 2) + "s";
-    std::snprintf(line, sizeof(line), "%-5d %-7s %-9s %7s %5d %5d %5d %7s %7s %-4s %9s %-13s %5d %5d\n", t.trial,
-                  t.fault.c_str(), t.target.empty() ? "-" : t.target.c_str(), at.c_str(), c.completed, c.lost,
+    std::snprintf(line, sizeof(line), "%-5d %-7s %-9s %7s %5d %5d %5d %7s %7s %-4s %9s %-8s %6s %-13s %5d %5d\n",
+                  t.trial, t.fault.c_str(), t.target.empty() ? "-" : t.target.c_str(), at.c_str(), c.completed, c.lost,
                   c.errored, ratio(c.greedy_equal, c.greedy_completed).c_str(),
                   ratio(c.seeded_equal, c.seeded_completed).c_str(), t.hang ? "YES" : "no", recovery_text(t).c_str(),
-                  t.server_end.substr(0, 13).c_str(), t.stragglers, t.leftover);
+                  recovered_by(t).c_str(), degraded_text(t).c_str(), t.server_end.substr(0, 13).c_str(), t.stragglers,
+                  t.leftover);
     out += line;
   }
   const ChaosSummary s = summarize(trials, requests, reference);

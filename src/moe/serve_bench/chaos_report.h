@@ -87,7 +87,8 @@ struct ChaosSummary {
 ChaosSummary summarize(const std::vector<ChaosTrial>& trials, const std::vector<ChaosRequest>& requests,
                        const std::vector<std::string>& reference);
 
-// The table printed at the end: one row per trial, then the totals.
+// The table printed at the end: one row per trial (with how the server came back,
+// "failover" / "restart" / "both", and its degraded tokens, from its /metrics), then the totals.
 std::string render_chaos_table(const std::vector<ChaosTrial>& trials, const std::vector<ChaosRequest>& requests,
                                const std::vector<std::string>& reference);
 
