@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "contains_util.h"
+#include "safetensors_util.h"
 #include "serve_process.h"
 
 namespace moe {
@@ -30,8 +31,9 @@ TEST(ServeFailoverMpirun, KilledRankFailsOverWithoutLosingTheStream) {
   const std::string prompt = "ROMEO:";
   const int max_tokens = 200;
   const std::string expected = testing::generate_text(prompt, max_tokens);  // 200 tokens, no EOS
+  testing::ScopedTempDir store("serve_failover");  // the rendezvous directory (the server is SIGKILLed at the end)
   ServeProcess server({"--ep", "3", "--comm-backend", "gloo", "--min-replicas", "2", "--comm-timeout", "3",
-                       "--threads", "1"},
+                       "--threads", "1", "--gloo-store", store.file("gloo")},
                       3, "", {"--enable-recovery"});
   ASSERT_GT(server.port(), 0) << server.log();
   const pid_t victim = server.rank_pid(2);

@@ -178,7 +178,12 @@ int run_worker_endpoint(const ServeFlags& f) {
   if (std::string bad = check_serve_flags(f, /*check_engine=*/true); !bad.empty()) return fail(bad);
   // From the start (the model load may be long): no worker outlives its supervisor.
   supervisor::SupervisorWatch watch(static_cast<pid_t>(f.supervisor_pid));
-  auto opened = launch_engine_from_flags(f.engine, "serve");
+  EngineFlags engine_flags = f.engine;
+  if (engine_flags.launch.comm_backend == "gloo" && engine_flags.launch.gloo_store_dir.empty()) {
+    // This launch's own directory, which the supervisor removes (even after a SIGKILL).
+    engine_flags.launch.gloo_store_dir = f.worker_endpoint + "/gloo";
+  }
+  auto opened = launch_engine_from_flags(engine_flags, "serve");
   if (!opened.ok()) return fail(opened.status().message());
   Engine& engine = *opened.value().engine;
   const int rank = opened.value().rank;
