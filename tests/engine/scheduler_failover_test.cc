@@ -22,43 +22,14 @@
 #include "moe/comm/gloo_communicator.h"
 #include "moe/runtime/expert_migration.h"
 #include "moe/scheduler.h"
+#include "seq_results.h"
 #include "test_util.h"
 
 namespace moe {
 namespace {
 
-struct Result {
-  std::string finish_reason, error;
-  std::vector<int> tokens;
-  bool done = false;
-};
-
-class Results {
- public:
-  SeqSink sink(int key) {
-    return [this, key](SeqEvent&& ev) {
-      std::lock_guard<std::mutex> lock(mu_);
-      Result& r = out_[key];
-      r.tokens.insert(r.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-      if (ev.finished) {
-        r.done = true;
-        r.finish_reason = ev.finish_reason;
-        r.error = ev.error;
-        cv_.notify_all();
-      }
-    };
-  }
-  Result wait(int key) {
-    std::unique_lock<std::mutex> lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(60), [&] { return out_[key].done; })) << key;
-    return out_[key];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int, Result> out_;
-};
+using Result = testing::SeqResult;
+using Results = testing::SeqResults;
 
 SeqRequest greedy(const std::string& prompt, int max_tokens) {
   SeqRequest r;

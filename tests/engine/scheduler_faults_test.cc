@@ -17,44 +17,14 @@
 #include "moe/comm/inproc_communicator.h"
 #include "moe/core/clock.h"
 #include "moe/scheduler.h"
+#include "seq_results.h"
 #include "test_util.h"
 
 namespace moe {
 namespace {
 
-struct Result {
-  std::string finish_reason, error, text;
-  int tokens = 0;
-  bool done = false;
-};
-
-class Results {
- public:
-  SeqSink sink(int key) {
-    return [this, key](SeqEvent&& ev) {
-      std::lock_guard<std::mutex> lock(mu_);
-      Result& r = out_[key];
-      r.tokens += static_cast<int>(ev.token_ids.size());
-      r.text += ev.text;
-      if (ev.finished) {
-        r.done = true;
-        r.finish_reason = ev.finish_reason;
-        r.error = ev.error;
-        cv_.notify_all();
-      }
-    };
-  }
-  Result wait(int key) {
-    std::unique_lock<std::mutex> lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(60), [&] { return out_[key].done; })) << key;
-    return out_[key];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int, Result> out_;
-};
+using Result = testing::SeqResult;
+using Results = testing::SeqResults;
 
 SeqRequest long_request(const std::string& prompt, int max_tokens) {
   SeqRequest r;
@@ -130,7 +100,7 @@ TEST(SchedulerFaults, VanishedPeerFailsEveryRequestInFlight) {
   for (const Result& r : results) {
     EXPECT_EQ(r.finish_reason, "error");
     EXPECT_EQ(r.error, run.message());
-    EXPECT_LT(r.tokens, 300);
+    EXPECT_LT(r.tokens.size(), 300u);
   }
   EXPECT_EQ(after.state, "failed");
   EXPECT_EQ(after.detail, run.message());
@@ -182,7 +152,7 @@ TEST(SchedulerFaults, SlowPeerIsStalledWhileAStepRunsThenOk) {
   EXPECT_CONTAINS(detail, "liveness timeout 0.15 s");
   EXPECT_LT(longest_health_call, 0.05);  // never waits for the step
   EXPECT_EQ(result.finish_reason, "length");
-  EXPECT_EQ(result.tokens, 3);
+  EXPECT_EQ(result.tokens.size(), 3u);
   EXPECT_TRUE(end.ok()) << end.state << " " << end.detail;
 }
 

@@ -1,0 +1,53 @@
+// Collects a Scheduler's events per request for tests: the token ids, the text, and the
+// final event's reason and error; wait() blocks (up to 60 s, then the test fails) for the
+// final event. Thread-safe (sinks run on the scheduler thread).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "moe/generation_service.h"
+
+namespace moe::testing {
+
+struct SeqResult {
+  std::string finish_reason, error, text;
+  std::vector<int> tokens;  // every token id of the request's events
+  bool done = false;
+};
+
+class SeqResults {
+ public:
+  SeqSink sink(int key) {
+    return [this, key](SeqEvent&& ev) {
+      std::lock_guard<std::mutex> lock(mu_);
+      SeqResult& r = out_[key];
+      r.tokens.insert(r.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      r.text += ev.text;
+      if (ev.finished) {
+        r.done = true;
+        r.finish_reason = ev.finish_reason;
+        r.error = ev.error;
+        cv_.notify_all();
+      }
+    };
+  }
+  SeqResult wait(int key) {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(60), [&] { return out_[key].done; })) << key;
+    return out_[key];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, SeqResult> out_;
+};
+
+}  // namespace moe::testing
