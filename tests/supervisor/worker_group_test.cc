@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -103,6 +104,45 @@ TEST_F(WorkerGroupTest, LaunchFindsTheEndpointAndKillEndsTheWholeGroup) {
   for (int i = 0; i < 500 && process_alive(child); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_FALSE(process_alive(child));
   group.kill();  // idempotent
+}
+
+// A SIGKILLed front end leaves its rendezvous directory behind: the next launcher removes
+// those whose owner is gone, and only those.
+TEST_F(WorkerGroupTest, StaleRendezvousDirectoriesOfDeadSupervisorsAreRemoved) {
+  const pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(waitpid(dead, nullptr, 0), dead);
+  auto make = [&](const std::string& name, pid_t owner) {
+    std::filesystem::create_directories(dir_ + "/" + name + "/group-1");
+    if (owner > 0) std::ofstream(dir_ + "/" + name + "/supervisor.pid") << owner << "\n";
+  };
+  make("moe-supervisor-stale", dead);
+  make("moe-supervisor-live", ::getpid());
+  make("moe-supervisor-unowned", 0);
+  {
+    ProcessLauncher launcher(options("ok"));
+    ::testing::internal::CaptureStderr();
+    auto g = launcher.launch(30, nullptr);
+    ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    g.value()->kill();
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/moe-supervisor-stale"));
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/moe-supervisor-live"));
+    EXPECT_TRUE(std::filesystem::exists(dir_ + "/moe-supervisor-unowned"));
+    int own = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("moe-supervisor-", 0) == 0 && n != "moe-supervisor-live" && n != "moe-supervisor-unowned") {
+        std::ifstream in(e.path() / "supervisor.pid");
+        pid_t pid = 0;
+        in >> pid;
+        EXPECT_EQ(pid, ::getpid()) << n;
+        ++own;
+      }
+    }
+    EXPECT_EQ(own, 1);
+  }
 }
 
 TEST_F(WorkerGroupTest, ExitDuringStartUpIsUnavailableWithStatusAndLastOutput) {

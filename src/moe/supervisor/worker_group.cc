@@ -13,7 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -204,6 +206,23 @@ bool endpoint_ready(int port, double timeout_seconds) {
   return h.ok() && h.value().ok();
 }
 
+// Each supervisor's rendezvous directory names its owner (a pid): a front end that was
+// SIGKILLed could not remove its own, so the next one removes those whose owner is gone.
+constexpr const char* kOwnerFile = "supervisor.pid";
+
+void remove_stale_rendezvous_dirs(const std::string& base) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+    if (e.path().filename().string().rfind("moe-supervisor-", 0) != 0) continue;
+    std::ifstream owner(e.path() / kOwnerFile);
+    long pid = 0;
+    if (!(owner >> pid) || pid <= 0) continue;  // not ours to judge (older, or being created)
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // its owner is alive
+    std::error_code rm;
+    std::filesystem::remove_all(e.path(), rm);
+  }
+}
+
 }  // namespace
 
 ProcessLauncher::ProcessLauncher(WorkerGroupOptions options) : options_(std::move(options)) {}
@@ -224,11 +243,13 @@ StatusOr<std::unique_ptr<WorkerHandle>> ProcessLauncher::launch(double timeout_s
       const char* tmp = std::getenv("TMPDIR");
       base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
     }
+    remove_stale_rendezvous_dirs(base);
     std::string templ = base + "/moe-supervisor-XXXXXX";
     if (::mkdtemp(templ.data()) == nullptr) {
       return internal_error("cannot create a rendezvous directory under " + base + ": " + std::strerror(errno));
     }
     root_dir_ = templ;
+    std::ofstream(root_dir_ + "/" + kOwnerFile) << ::getpid() << "\n";
   }
   const int generation = ++launches_;
   const std::string dir = root_dir_ + "/group-" + std::to_string(generation);

@@ -65,6 +65,8 @@ struct WorkerGroupOptions {
 class ProcessLauncher final : public WorkerLauncher {
  public:
   explicit ProcessLauncher(WorkerGroupOptions options);
+  // The first launch removes the rendezvous directories (moe-supervisor-*, under
+  // work_dir) of supervisors that are no longer running (SIGKILLed ones could not).
   ~ProcessLauncher() override;  // removes the rendezvous directories
   StatusOr<std::unique_ptr<WorkerHandle>> launch(double timeout_seconds, const std::atomic<bool>* cancel) override;
 
