@@ -93,6 +93,14 @@ TEST(CliErrorsTest, MissingPrompt) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
+// Issue 17: an unknown flag is named, not the required --prompt it displaced.
+TEST(CliErrorsTest, UnknownFlagIsNamedBeforeAMissingRequiredOne) {
+  auto r = generate("--bogus");
+  expect_error_exit(r, {"not expected: --bogus"});
+  EXPECT_EQ(r.output.find("--prompt is required"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit_code, 2);
+}
+
 TEST(CliErrorsTest, NegativeMaxTokens) {
   expect_error_exit(generate("--prompt hi --max-tokens -5"), {"--max-tokens", "-5"});
 }

@@ -83,6 +83,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 checks required flags before unknown ones, so `moe generate --bogus` would say
+    // "--prompt is required": an unknown flag is the first mistake to name (issue 17).
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      const std::vector<std::string> extra = app.remaining(/*recurse=*/true);
+      if (!extra.empty()) return app.exit(CLI::ExtrasError(extra)) == 0 ? 0 : 2;
+    }
     // --help / --version exit 0; any usage error exits 2 (commands.h), not CLI11's 1xx codes.
     return app.exit(e) == 0 ? 0 : 2;
   }
