@@ -7,7 +7,12 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <iterator>
+#include <thread>
 #include <regex>
 
 #include <gtest/gtest.h>
@@ -65,6 +70,35 @@ TEST(ServeFailoverMpirun, KilledRankFailsOverWithoutLosingTheStream) {
   const testing::Streamed again = testing::stream_completion("127.0.0.1", server.port(), prompt, 40);
   EXPECT_EQ(again.text, testing::generate_text(prompt, 40));
   EXPECT_CONTAINS(server.log(), "EP group re-formed: 2 of 3 ranks");
+}
+
+// The ranks do not initialise MPI, so nothing MPI-side would end them if mpirun were
+// killed: they die with it (no stray group serving on).
+TEST(ServeFailoverMpirun, RanksDieWithTheirMpirun) {
+  testing::ScopedTempDir store("serve_failover_orphans");
+  const std::string marker = store.file("gloo");
+  {
+    ServeProcess server({"--ep", "2", "--comm-backend", "gloo", "--threads", "1", "--gloo-store", marker}, 2, "",
+                        {"--enable-recovery"});
+    ASSERT_GT(server.port(), 0) << server.log();
+    ASSERT_GT(server.rank_pid(1), 0);
+  }  // SIGKILL to mpirun's process group (the ranks are in groups of their own)
+  // Processes whose command line names the marker (the two ranks).
+  auto count_left = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::ifstream in(e.path() / "cmdline", std::ios::binary);
+      std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (cmd.find(marker) != std::string::npos && cmd.find("serve") != std::string::npos) ++n;
+    }
+    return n;
+  };
+  int left = -1;
+  for (int i = 0; i < 250 && left != 0; ++i) {
+    left = count_left();
+    if (left != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(left, 0);
 }
 
 TEST(ServeFailoverMpirun, GlooBackendNeedsMpirun) {

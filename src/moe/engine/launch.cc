@@ -1,6 +1,10 @@
 // Process start-up under mpirun (include/moe/launch.h).
 #include "moe/launch.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -89,6 +93,10 @@ StatusOr<std::unique_ptr<Communicator>> open_gloo_group(const EpLaunchOptions& l
     return invalid_argument("--ep " + std::to_string(launch.ep) + " but mpirun started " + std::to_string(size) +
                             " ranks; they must match");
   }
+  // mpirun only launched this process: with MPI uninitialised nothing would end it if
+  // mpirun were killed (a stray group serving on forever), so it dies with its launcher.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() == 1) return Status(StatusCode::kUnavailable, "--comm-backend gloo: the launcher (mpirun) is already gone");
   GlooOptions go;
   go.store_dir = launch.gloo_store_dir.empty() ? default_gloo_store_dir() : launch.gloo_store_dir;
   if (go.store_dir.empty()) {
