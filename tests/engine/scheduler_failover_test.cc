@@ -30,15 +30,8 @@ namespace {
 
 using Result = testing::SeqResult;
 using Results = testing::SeqResults;
+using testing::greedy_request;
 
-SeqRequest greedy(const std::string& prompt, int max_tokens) {
-  SeqRequest r;
-  r.prompt = prompt;
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  return r;
-}
 
 const char* kPrompts[] = {"ROMEO:", "JULIET:\nO Romeo", "To be, or not to be"};
 constexpr int kTokens = 40;
@@ -119,7 +112,7 @@ Outcome serve_and_lose_rank2(int min_replicas, FaultPlan rank2 = FaultPlan{.vani
       Scheduler& s = *sched.value();
       std::thread client([&] {
         Results r;
-        for (int i = 0; i < 3; ++i) EXPECT_TRUE(s.submit(greedy(kPrompts[i], kTokens), r.sink(i)).ok());
+        for (int i = 0; i < 3; ++i) EXPECT_TRUE(s.submit(greedy_request(kPrompts[i], kTokens), r.sink(i)).ok());
         for (int i = 0; i < 3; ++i) o.during.push_back(r.wait(i));
         for (int i = 0; i < 2000; ++i) {  // bounded: re-replication ends within a few checks
           const ServiceHealth h = s.health();
@@ -127,7 +120,7 @@ Outcome serve_and_lose_rank2(int min_replicas, FaultPlan rank2 = FaultPlan{.vani
           if (s.snapshot().failovers > 0 && s.snapshot().lost_experts == 0) break;
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
-        EXPECT_TRUE(s.submit(greedy(kPrompts[0], kTokens), r.sink(9)).ok());
+        EXPECT_TRUE(s.submit(greedy_request(kPrompts[0], kTokens), r.sink(9)).ok());
         o.after = r.wait(9);
         o.snap = s.snapshot();
         s.shutdown(0);

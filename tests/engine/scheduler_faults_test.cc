@@ -25,15 +25,8 @@ namespace {
 
 using Result = testing::SeqResult;
 using Results = testing::SeqResults;
+using testing::greedy_request;
 
-SeqRequest long_request(const std::string& prompt, int max_tokens) {
-  SeqRequest r;
-  r.prompt = prompt;
-  r.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  return r;
-}
 
 // Rank 0 runs a Scheduler on its rank thread while `client` (on its own thread) talks to
 // it and finally calls shutdown(0) if the scheduler is still running. Returns run()'s
@@ -78,7 +71,7 @@ TEST(SchedulerFaults, VanishedPeerFailsEveryRequestInFlight) {
                                Results r;
                                const char* prompts[] = {"ROMEO:", "JULIET:\nO Romeo", "To be, or not to be"};
                                for (int i = 0; i < 3; ++i) {
-                                 auto id = s.submit(long_request(prompts[i], 300), r.sink(i));
+                                 auto id = s.submit(greedy_request(prompts[i], 300), r.sink(i));
                                  ASSERT_TRUE(id.ok()) << id.status().message();
                                }
                                for (int i = 0; i < 3; ++i) results.push_back(r.wait(i));
@@ -89,7 +82,7 @@ TEST(SchedulerFaults, VanishedPeerFailsEveryRequestInFlight) {
                                  if (after.state == "failed") break;
                                  std::this_thread::sleep_for(std::chrono::milliseconds(5));
                                }
-                               refused = s.submit(long_request("A", 4), [](SeqEvent&&) {}).status();
+                               refused = s.submit(greedy_request("A", 4), [](SeqEvent&&) {}).status();
                              },
                              &worker);
   EXPECT_FALSE(run.ok());
@@ -123,7 +116,7 @@ TEST(SchedulerFaults, SlowPeerIsStalledWhileAStepRunsThenOk) {
                              [&](Scheduler& s) {
                                idle_before = s.health();
                                Results r;
-                               ASSERT_TRUE(s.submit(long_request("ROMEO:", 3), r.sink(0)).ok());
+                               ASSERT_TRUE(s.submit(greedy_request("ROMEO:", 3), r.sink(0)).ok());
                                SystemClock clock;
                                for (int i = 0; i < 2000 && !saw_stalled; ++i) {
                                  const double t0 = clock.now_seconds();

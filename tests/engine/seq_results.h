@@ -1,4 +1,5 @@
-// Collects a Scheduler's events per request for tests: the token ids, the text, and the
+// Scheduler test helpers: greedy_request() and SeqResults, which collects a Scheduler's
+// events per request: the token ids, the text, and the
 // final event's reason and error; wait() blocks (up to 60 s, then the test fails) for the
 // final event. Thread-safe (sinks run on the scheduler thread).
 #pragma once
@@ -49,5 +50,15 @@ class SeqResults {
   std::condition_variable cv_;
   std::map<int, SeqResult> out_;
 };
+
+// A greedy request of exactly max_tokens tokens (EOS ignored).
+inline SeqRequest greedy_request(const std::string& prompt, int max_tokens) {
+  SeqRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
 
 }  // namespace moe::testing

@@ -14,41 +14,18 @@
 
 #include "moe/comm/inproc_communicator.h"
 #include "moe/moe/ep_moe_layer.h"
+#include "tiny_ep_layer.h"
 #include "moe/moe/moe_layer.h"
 #include "moe/ops/linear.h"
 
 namespace moe {
 namespace {
 
-constexpr int kHidden = 16, kInter = 24, kExperts = 8, kTopK = 2;
+constexpr int kHidden = testing::kTinyHidden, kInter = testing::kTinyInter, kExperts = testing::kTinyExperts,
+              kTopK = testing::kTinyTopK;
 
-struct TinyLayer {
-  ModelConfig config;
-  LayerWeights layer;
-  std::vector<std::vector<float>> storage;
-
-  TinyLayer() {
-    config.hidden_size = kHidden;
-    config.intermediate_size = kInter;
-    config.moe_intermediate_size = kInter;
-    config.router.num_experts = kExperts;
-    config.router.top_k = kTopK;
-    std::mt19937 rng(11);
-    std::normal_distribution<float> dist(0.0f, 0.3f);
-    auto matrix = [&](int rows, int cols, float scale = 1.0f) {
-      storage.emplace_back(static_cast<size_t>(rows * cols));
-      for (auto& v : storage.back()) v = scale * dist(rng);
-      return Weight2D{storage.back().data(), DType::kF32, rows, cols};
-    };
-    layer.router = matrix(kExperts, kHidden, 3.0f);
-    layer.experts.resize(kExperts);
-    for (auto& e : layer.experts) {
-      e.w1 = matrix(kInter, kHidden);
-      e.w2 = matrix(kHidden, kInter);
-      e.w3 = matrix(kInter, kHidden);
-      e.loaded = true;
-    }
-  }
+struct TinyLayer : testing::TinyEpLayer {
+  TinyLayer() : TinyEpLayer(11, /*router_scale=*/3.0f) {}
 };
 
 std::vector<float> rank_tokens(int rank, int n) {

@@ -13,39 +13,17 @@
 
 #include "moe/comm/inproc_communicator.h"
 #include "moe/moe/ep_moe_layer.h"
+#include "tiny_ep_layer.h"
 #include "moe/moe/expert_ffn.h"
 
 namespace moe {
 namespace {
 
-constexpr int kHidden = 16, kInter = 24, kExperts = 8, kTopK = 2;
+constexpr int kHidden = testing::kTinyHidden, kInter = testing::kTinyInter, kExperts = testing::kTinyExperts,
+              kTopK = testing::kTinyTopK;
 
-struct TinyLayer {
-  ModelConfig config;
-  LayerWeights layer;
-  std::vector<std::vector<float>> storage;
-
-  TinyLayer() {
-    config.hidden_size = kHidden;
-    config.intermediate_size = kInter;
-    config.moe_intermediate_size = kInter;
-    config.router.num_experts = kExperts;
-    config.router.top_k = kTopK;
-    std::mt19937 rng(7);
-    std::normal_distribution<float> dist(0.0f, 0.3f);
-    auto matrix = [&](int rows, int cols) {
-      storage.emplace_back(static_cast<size_t>(rows * cols));
-      for (auto& v : storage.back()) v = dist(rng);
-      return Weight2D{storage.back().data(), DType::kF32, rows, cols};
-    };
-    layer.experts.resize(kExperts);
-    for (auto& e : layer.experts) {
-      e.w1 = matrix(kInter, kHidden);
-      e.w2 = matrix(kHidden, kInter);
-      e.w3 = matrix(kInter, kHidden);
-      e.loaded = true;
-    }
-  }
+struct TinyLayer : testing::TinyEpLayer {
+  TinyLayer() : TinyEpLayer(7) {}
 };
 
 struct RankInput {
