@@ -98,6 +98,7 @@ TEST(SchedulerFaults, VanishedPeerFailsEveryRequestInFlight) {
   EXPECT_EQ(after.state, "failed");
   EXPECT_EQ(after.detail, run.message());
   EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.to_string();
+  EXPECT_CONTAINS(refused.message(), run.message());  // says why, not just "shutting down"
   EXPECT_EQ(worker.code(), StatusCode::kUnavailable) << worker.to_string();  // the vanished rank
 }
 

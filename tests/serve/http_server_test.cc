@@ -472,7 +472,9 @@ TEST_F(HttpServerTest, FiveHundredIdleConnectionsDoNotBlockService) {
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_TRUE(r) << httplib::to_string(r.error());
   EXPECT_EQ(r->status, 200);
-  EXPECT_LT(seconds, 2.0);
+  // Blocked workers would wait out the 30 s keep-alive; 5 s leaves room for a
+  // sanitizer build on a busy 2-core machine (2.6 s seen in CI).
+  EXPECT_LT(seconds, 5.0);
   idle.clear();
   expect_alive();
 }

@@ -80,6 +80,7 @@ struct Scheduler::State {
   std::unordered_set<uint64_t> cancelled;
   uint64_t next_id = 1;
   bool shutting_down = false;
+  std::string refusal;  // why submit() refuses once the engine has failed (guarded by mu)
   double shutdown_deadline = 0;
 
   // The scheduler thread's own.
@@ -200,7 +201,8 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(st.mu);
-    if (st.shutting_down) return Status(StatusCode::kUnavailable, "the server is shutting down");
+    if (st.shutting_down)
+      return Status(StatusCode::kUnavailable, st.refusal.empty() ? "the server is shutting down" : st.refusal);
     id = st.next_id++;
     seq->id = id;
     st.incoming.push_back(std::move(seq));
@@ -549,16 +551,23 @@ Status Scheduler::run() {
     }
   }
   if (!result.ok()) {
+    const std::string failure = result.message().empty() ? "engine failure" : result.message();
+    {
+      // Refuse new requests before health() says "failed": a client that sees the
+      // failure must not get a request accepted after it.
+      std::lock_guard<std::mutex> lock(st.mu);
+      st.shutting_down = true;
+      st.refusal = "the engine failed: " + failure;
+    }
     {
       std::lock_guard<std::mutex> lock(st.snap_mu);
-      st.failure = result.message().empty() ? "engine failure" : result.message();
+      st.failure = failure;
     }
     for (auto& s : st.running) st.finish(*s, "error", result.message());
     for (auto& s : st.waiting) st.finish(*s, "error", result.message());
     st.running.clear();
     st.waiting.clear();
     std::lock_guard<std::mutex> lock(st.mu);
-    st.shutting_down = true;
     for (auto& s : st.incoming) {
       SeqEvent ev;
       ev.finished = true;
