@@ -120,11 +120,124 @@ TEST(ConfigFamiliesTest, RealPublishedConfigs) {
     EXPECT_EQ(c.shared_expert_intermediate_size, 20480);
   }
   {
-    // DeepSeek-V3 uses YaRN rope scaling, which we do not implement yet: a clear error.
-    auto c = parse_model_config(read_file(dir + "/deepseek-v3.json"), "deepseek-v3.json");
-    ASSERT_FALSE(c.ok());
-    EXPECT_CONTAINS(c.status().message(), "rope_scaling");
+    const ModelConfig c = parse_ok(load_json(dir + "/deepseek-v3.json"));
+    EXPECT_EQ(c.family, ModelFamily::kDeepseekV3);
+    EXPECT_EQ(c.mla.q_lora_rank, 1536);
+    EXPECT_EQ(c.mla.kv_lora_rank, 512);
+    EXPECT_EQ(c.head_dim, 192);
+    EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 40);
+    EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 4096);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.mscale_all_dim, 1.0);
+    EXPECT_TRUE(c.fp8.enabled);
+    EXPECT_EQ(c.fp8.block_rows, 128);
+    EXPECT_EQ(c.fp8.block_cols, 128);
+    EXPECT_EQ(c.num_moe_layers(), 58);  // first_k_dense_replace 3 of 61
+    EXPECT_TRUE(c.rope_interleave);
   }
+  {
+    const ModelConfig c = parse_ok(load_json(dir + "/deepseek-r1.json"));
+    EXPECT_EQ(c.router.n_group, 8);
+    EXPECT_EQ(c.router.topk_group, 4);
+  }
+  {
+    const ModelConfig c = parse_ok(load_json(dir + "/deepseek-v2-lite.json"));
+    EXPECT_EQ(c.family, ModelFamily::kDeepseekV2);
+    EXPECT_EQ(c.mla.q_lora_rank, 0);  // null: a direct q_proj
+    EXPECT_EQ(c.router.scoring, RouterConfig::Scoring::kSoftmax);
+    EXPECT_EQ(c.router.topk_method, RouterConfig::TopkMethod::kGreedy);
+    EXPECT_FALSE(c.router.norm_topk_prob);
+    EXPECT_EQ(c.shared_expert_intermediate_size, 2 * 1408);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.mscale, 0.707);
+    EXPECT_FALSE(c.fp8.enabled);
+  }
+  {
+    const ModelConfig c = parse_ok(load_json(dir + "/kimi-k2-instruct.json"));
+    EXPECT_EQ(c.family, ModelFamily::kDeepseekV3);  // model_type kimi_k2: the deepseek_v3 architecture
+    EXPECT_EQ(c.router.num_experts, 384);
+    EXPECT_EQ(c.router.n_group, 1);
+    EXPECT_DOUBLE_EQ(c.router.routed_scaling_factor, 2.827);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.beta_fast, 1.0);
+    EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
+  }
+}
+
+TEST(ConfigFamiliesTest, MlaFields) {
+  const ModelConfig c = parse_ok(deepseek());
+  EXPECT_TRUE(c.mla.enabled());
+  EXPECT_EQ(c.mla.q_lora_rank, 64);
+  EXPECT_EQ(c.mla.kv_lora_rank, 32);
+  EXPECT_EQ(c.mla.qk_nope_head_dim, 32);
+  EXPECT_EQ(c.mla.qk_rope_head_dim, 16);
+  EXPECT_EQ(c.mla.v_head_dim, 32);
+  EXPECT_EQ(c.head_dim, 48);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_FALSE(c.fp8.enabled);
+  json d = deepseek();
+  d["qk_rope_head_dim"] = 15;
+  expect_error(d, {"'qk_rope_head_dim'", "15", "even"});
+  d = deepseek();
+  d.erase("kv_lora_rank");
+  expect_error(d, {"'kv_lora_rank'"});
+  d = deepseek();
+  d["q_lora_rank"] = nullptr;
+  EXPECT_EQ(parse_ok(d).mla.q_lora_rank, 0);
+  d["model_type"] = "deepseek_v2";
+  EXPECT_EQ(parse_ok(d).family, ModelFamily::kDeepseekV2);
+}
+
+TEST(ConfigFamiliesTest, RopeScalingTypes) {
+  json d = deepseek();
+  d["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  ModelConfig c = parse_ok(d);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  d["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}};  // transformers' newer key
+  c = parse_ok(d);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 512);  // defaults to max_position_embeddings
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_fast, 32);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_slow, 1);
+  json q = qwen3();
+  q["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  expect_error(q, {"rope_scaling type 'dynamic'", "yarn"}, StatusCode::kUnimplemented);
+  q["rope_scaling"] = {{"type", "longrope"}, {"factor", 2.0}};
+  expect_error(q, {"'longrope'"}, StatusCode::kUnimplemented);
+  q["rope_scaling"] = {{"type", "yarn"}};
+  expect_error(q, {"'factor'"});
+  q["rope_scaling"] = {{"type", "yarn"}, {"factor", 0.5}};
+  expect_error(q, {"'factor'", "0.5"});
+  q["rope_scaling"] = {{"type", "yarn"}, {"factor", 2.0}, {"beta_fast", "x"}};
+  expect_error(q, {"'beta_fast'"});
+}
+
+TEST(ConfigFamiliesTest, Fp8QuantizationConfig) {
+  json d = deepseek();
+  d["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {32, 16}},
+                              {"activation_scheme", "dynamic"}};
+  ModelConfig c = parse_ok(d);
+  EXPECT_TRUE(c.fp8.enabled);
+  EXPECT_EQ(c.fp8.block_rows, 32);
+  EXPECT_EQ(c.fp8.block_cols, 16);
+  d["quantization_config"]["fmt"] = "e5m2";
+  expect_error(d, {"fmt 'e5m2'"}, StatusCode::kUnimplemented);
+  d["quantization_config"]["fmt"] = "e4m3";
+  d["quantization_config"]["weight_block_size"] = {128};
+  expect_error(d, {"'weight_block_size'"});
+  d["quantization_config"] = {{"quant_method", "awq"}};
+  expect_error(d, {"quant_method 'awq'"}, StatusCode::kUnimplemented);
+  d["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
+  expect_error(d, {"activation_scheme 'static'"}, StatusCode::kUnimplemented);
+}
+
+TEST(ConfigFamiliesTest, KimiK2IsTheDeepseekV3Architecture) {
+  json d = deepseek();
+  d["model_type"] = "kimi_k2";
+  d["n_group"] = 1;
+  d["topk_group"] = 1;
+  const ModelConfig c = parse_ok(d);
+  EXPECT_EQ(c.family, ModelFamily::kDeepseekV3);
+  EXPECT_EQ(c.router.n_group, 1);
 }
 
 TEST(ConfigFamiliesTest, TopKAboveNumExperts) {

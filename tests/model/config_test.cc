@@ -305,10 +305,13 @@ TEST(ConfigTest, BosOutsideVocab) {
   expect_error(j, StatusCode::kInvalidArgument, {"bos_token_id 4096", "vocab_size 2048"});
 }
 
-TEST(ConfigTest, RopeScalingIsUnimplemented) {
+TEST(ConfigTest, UnknownRopeScalingTypeIsRefusedByName) {
   json j = tiny_config();
+  j["rope_scaling"] = {{"type", "llama3"}, {"factor", 2.0}};
+  expect_error(j, StatusCode::kUnimplemented, {"rope_scaling type 'llama3'"});
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  expect_error(j, StatusCode::kUnimplemented, {"'rope_scaling'"});
+  ASSERT_TRUE(parse(j).ok());
+  EXPECT_EQ(parse(j)->rope_scaling.type, RopeScaling::Type::kLinear);
 }
 
 TEST(ConfigTest, RopeScalingNullIsFine) {

@@ -165,11 +165,12 @@ Status plan_min_replica_placement(const EngineOptions& options, Engine::Impl* im
 // Failover (runtime/failover.h): lost experts are re-loaded from this rank's own
 // files: the checkpoint store (hash-verified) or the Hugging Face directory.
 FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* impl) {
-  FailoverInputs in{.comm = impl->comm,
-                    .config = &impl->config,
-                    .ep = &impl->ep,
-                    .layers = &impl->weights.layers,
-                    .expert_store = &impl->expert_store};
+  FailoverInputs in;
+  in.comm = impl->comm;
+  in.config = &impl->config;
+  in.ep = &impl->ep;
+  in.layers = &impl->weights.layers;
+  in.expert_store = &impl->expert_store;
   int slots = options.slots_per_rank;
   for (const EpContext& ctx : impl->ep) slots = std::max(slots, ctx.placement.max_experts_per_rank());
   in.slots_per_rank = std::max(slots, 1);

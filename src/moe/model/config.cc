@@ -93,6 +93,62 @@ class FieldReader {
   std::string source_;
 };
 
+// GQA families: head_dim (given, or hidden_size / num_attention_heads) and the KV heads.
+Status check_gqa_heads(const std::string& src, ModelConfig* c) {
+  if (c->head_dim == 0) {
+    if (c->hidden_size % c->num_attention_heads != 0) {
+      return invalid_argument(src + ": hidden_size " + std::to_string(c->hidden_size) +
+                              " is not divisible by num_attention_heads " +
+                              std::to_string(c->num_attention_heads) + " (and no head_dim is given)");
+    }
+    c->head_dim = c->hidden_size / c->num_attention_heads;
+  }
+  if (c->head_dim % 2 != 0) {
+    return invalid_argument(src + ": head_dim " + std::to_string(c->head_dim) +
+                            " must be even for rotary embeddings");
+  }
+  if (c->num_attention_heads % c->num_key_value_heads != 0) {
+    return invalid_argument(src + ": num_attention_heads " + std::to_string(c->num_attention_heads) +
+                            " is not divisible by num_key_value_heads " +
+                            std::to_string(c->num_key_value_heads));
+  }
+  return ok_status();
+}
+
+// `rope_scaling`: null, or an object whose "type" (or "rope_type") is "linear", "yarn"
+// or "default" (no scaling); any other type is refused by name.
+Status parse_rope_scaling(const json& j, const std::string& src, ModelConfig* c) {
+  if (!j.contains("rope_scaling") || j["rope_scaling"].is_null()) return ok_status();
+  const json& rs = j["rope_scaling"];
+  if (!rs.is_object()) return invalid_argument(src + ": field 'rope_scaling' must be an object or null (got " + rs.dump() + ")");
+  std::string type;
+  for (const char* key : {"type", "rope_type"}) {
+    if (rs.contains(key) && rs[key].is_string()) type = rs[key].get<std::string>();
+  }
+  if (type.empty()) return invalid_argument(src + ": field 'rope_scaling' has no \"type\" (or \"rope_type\")");
+  if (type == "default") return ok_status();
+  if (type != "linear" && type != "yarn") {
+    return unimplemented(src + ": rope_scaling type '" + type + "' is not supported (supported: \"linear\", \"yarn\")");
+  }
+  const FieldReader r(rs, src + " rope_scaling");
+  RopeScaling& s = c->rope_scaling;
+  s.type = type == "yarn" ? RopeScaling::Type::kYarn : RopeScaling::Type::kLinear;
+  if (!rs.contains("factor")) return invalid_argument(src + ": rope_scaling field 'factor' is missing");
+  MOE_RETURN_IF_ERROR(r.get_double("factor", &s.factor, true));
+  if (s.factor < 1.0) {
+    return invalid_argument(src + ": rope_scaling field 'factor' must be >= 1 (got " + rs["factor"].dump() + ")");
+  }
+  if (s.type == RopeScaling::Type::kLinear) return ok_status();
+  s.original_max_position_embeddings = c->max_position_embeddings;
+  MOE_RETURN_IF_ERROR(r.get_int("original_max_position_embeddings", &s.original_max_position_embeddings, false));
+  MOE_RETURN_IF_ERROR(r.get_double("beta_fast", &s.beta_fast, true));
+  MOE_RETURN_IF_ERROR(r.get_double("beta_slow", &s.beta_slow, true));
+  MOE_RETURN_IF_ERROR(r.get_double("mscale", &s.mscale, false));
+  MOE_RETURN_IF_ERROR(r.get_double("mscale_all_dim", &s.mscale_all_dim, false));
+  MOE_RETURN_IF_ERROR(r.get_double("attention_factor", &s.attention_factor, true));
+  return ok_status();
+}
+
 Status parse_common(const json& j, const FieldReader& r, ModelConfig* c) {
   MOE_RETURN_IF_ERROR(r.get_int("vocab_size", &c->vocab_size, true));
   MOE_RETURN_IF_ERROR(r.get_int("hidden_size", &c->hidden_size, true));
@@ -113,9 +169,7 @@ Status parse_common(const json& j, const FieldReader& r, ModelConfig* c) {
     return unimplemented(src + ": field 'hidden_act' is " + j["hidden_act"].dump() +
                          ", only \"silu\" is supported");
   }
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    return unimplemented(src + ": field 'rope_scaling' is set; RoPE scaling is not supported yet");
-  }
+  MOE_RETURN_IF_ERROR(parse_rope_scaling(j, src, c));
   const bool sliding_off = j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() &&
                           !j["use_sliding_window"].get<bool>();  // Qwen: the window is only used when enabled
   if (!sliding_off && j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
@@ -152,24 +206,6 @@ Status parse_common(const json& j, const FieldReader& r, ModelConfig* c) {
     }
   }
 
-  // Consistency of sizes.
-  if (c->head_dim == 0) {
-    if (c->hidden_size % c->num_attention_heads != 0) {
-      return invalid_argument(src + ": hidden_size " + std::to_string(c->hidden_size) +
-                              " is not divisible by num_attention_heads " +
-                              std::to_string(c->num_attention_heads) + " (and no head_dim is given)");
-    }
-    c->head_dim = c->hidden_size / c->num_attention_heads;
-  }
-  if (c->head_dim % 2 != 0) {
-    return invalid_argument(src + ": head_dim " + std::to_string(c->head_dim) +
-                            " must be even for rotary embeddings");
-  }
-  if (c->num_attention_heads % c->num_key_value_heads != 0) {
-    return invalid_argument(src + ": num_attention_heads " + std::to_string(c->num_attention_heads) +
-                            " is not divisible by num_key_value_heads " +
-                            std::to_string(c->num_key_value_heads));
-  }
   if (c->bos_token_id >= c->vocab_size) {
     return invalid_argument(src + ": bos_token_id " + std::to_string(c->bos_token_id) +
                             " is outside vocab_size " + std::to_string(c->vocab_size));
@@ -194,6 +230,7 @@ Status check_router(const FieldReader& r, const char* experts_field, const Route
 
 Status parse_mixtral(const json& j, const FieldReader& r, ModelConfig* c) {
   MOE_RETURN_IF_ERROR(parse_common(j, r, c));
+  MOE_RETURN_IF_ERROR(check_gqa_heads(r.source(), c));
   MOE_RETURN_IF_ERROR(r.get_int("num_local_experts", &c->router.num_experts, true));
   MOE_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", &c->router.top_k, true));
   c->router.scoring = RouterConfig::Scoring::kSoftmax;
@@ -207,6 +244,7 @@ Status parse_mixtral(const json& j, const FieldReader& r, ModelConfig* c) {
 // sparse iff l is not in mlp_only_layers and (l + 1) % decoder_sparse_step == 0.
 Status parse_qwen_moe(const json& j, const FieldReader& r, ModelConfig* c) {
   MOE_RETURN_IF_ERROR(parse_common(j, r, c));
+  MOE_RETURN_IF_ERROR(check_gqa_heads(r.source(), c));
   MOE_RETURN_IF_ERROR(r.get_int("num_experts", &c->router.num_experts, true));
   MOE_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", &c->router.top_k, true));
   MOE_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", &c->moe_intermediate_size, true));
@@ -236,11 +274,70 @@ Status parse_qwen_moe(const json& j, const FieldReader& r, ModelConfig* c) {
   return check_router(r, "num_experts", c->router);
 }
 
+// MLA fields (DeepSeek-V2/V3): q_lora_rank may be null (V2-Lite: direct q_proj).
+Status parse_mla(const json& j, const FieldReader& r, ModelConfig* c) {
+  MlaConfig& m = c->mla;
+  const std::string& src = r.source();
+  MOE_RETURN_IF_ERROR(r.get_int("q_lora_rank", &m.q_lora_rank, false));
+  MOE_RETURN_IF_ERROR(r.get_int("kv_lora_rank", &m.kv_lora_rank, true));
+  MOE_RETURN_IF_ERROR(r.get_int("qk_nope_head_dim", &m.qk_nope_head_dim, true));
+  MOE_RETURN_IF_ERROR(r.get_int("qk_rope_head_dim", &m.qk_rope_head_dim, true));
+  MOE_RETURN_IF_ERROR(r.get_int("v_head_dim", &m.v_head_dim, true));
+  if (m.qk_rope_head_dim % 2 != 0) {
+    return invalid_argument(src + ": field 'qk_rope_head_dim' is " + std::to_string(m.qk_rope_head_dim) +
+                            "; it must be even (RoPE rotates pairs of elements)");
+  }
+  c->head_dim = m.qk_head_dim();
+  c->num_key_value_heads = c->num_attention_heads;  // MLA has no KV heads: the latent is shared
+  c->rope_interleave = true;  // DeepSeek's convention (transformers: rope_interleave defaults to true)
+  MOE_RETURN_IF_ERROR(r.get_bool("rope_interleave", &c->rope_interleave));
+  if (j.contains("attention_bias") && j["attention_bias"].is_boolean() && j["attention_bias"].get<bool>()) {
+    return unimplemented(src + ": field 'attention_bias' is true; attention biases are not supported for MLA");
+  }
+  return ok_status();
+}
+
+// `quantization_config`: absent, or FP8 e4m3 with square-or-rectangular weight blocks.
+Status parse_fp8(const json& j, const std::string& src, ModelConfig* c) {
+  if (!j.contains("quantization_config") || j["quantization_config"].is_null()) return ok_status();
+  const json& q = j["quantization_config"];
+  auto str = [&](const char* key) {
+    return q.is_object() && q.contains(key) && q[key].is_string() ? q[key].get<std::string>() : std::string();
+  };
+  if (str("quant_method") != "fp8") {
+    return unimplemented(src + ": quantization_config quant_method '" + str("quant_method") +
+                         "' is not supported (supported: \"fp8\")");
+  }
+  if (!str("fmt").empty() && str("fmt") != "e4m3") {
+    return unimplemented(src + ": quantization_config fmt '" + str("fmt") + "' is not supported (supported: \"e4m3\")");
+  }
+  if (!str("activation_scheme").empty() && str("activation_scheme") != "dynamic") {
+    return unimplemented(src + ": quantization_config activation_scheme '" + str("activation_scheme") +
+                         "' is not supported (supported: \"dynamic\"; activations stay f32)");
+  }
+  Fp8Config& f = c->fp8;
+  f.enabled = true;
+  if (q.contains("weight_block_size")) {
+    const json& b = q["weight_block_size"];
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int64_t>() < 1 || b[1].get<int64_t>() < 1 || b[0].get<int64_t>() > 65536 ||
+        b[1].get<int64_t>() > 65536) {
+      return invalid_argument(src + ": quantization_config field 'weight_block_size' must be [rows, cols] of positive "
+                              "integers (got " + b.dump() + ")");
+    }
+    f.block_rows = static_cast<int>(b[0].get<int64_t>());
+    f.block_cols = static_cast<int>(b[1].get<int64_t>());
+  }
+  return ok_status();
+}
+
 // DeepSeek-V2/V3 (transformers DeepseekV3Config): routed experts, group-limited
 // selection and shared experts. Layer l is sparse iff l >= first_k_dense_replace and
 // l % moe_layer_freq == 0.
 Status parse_deepseek(const json& j, const FieldReader& r, ModelConfig* c) {
   MOE_RETURN_IF_ERROR(parse_common(j, r, c));
+  MOE_RETURN_IF_ERROR(parse_mla(j, r, c));
+  MOE_RETURN_IF_ERROR(parse_fp8(j, r.source(), c));
   RouterConfig& rc = c->router;
   MOE_RETURN_IF_ERROR(r.get_int("n_routed_experts", &rc.num_experts, true));
   MOE_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", &rc.top_k, true));
@@ -309,12 +406,13 @@ StatusOr<ModelConfig> parse_model_config(const std::string& json_text, const std
   } else if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") {
     c.family = c.model_type == "qwen2_moe" ? ModelFamily::kQwen2Moe : ModelFamily::kQwen3Moe;
     MOE_RETURN_IF_ERROR(parse_qwen_moe(j, r, &c));
-  } else if (c.model_type == "deepseek_v3") {
-    c.family = ModelFamily::kDeepseekV3;
+  } else if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3" || c.model_type == "kimi_k2") {
+    // Kimi-K2 is the deepseek_v3 architecture (its config names DeepseekV3ForCausalLM).
+    c.family = c.model_type == "deepseek_v2" ? ModelFamily::kDeepseekV2 : ModelFamily::kDeepseekV3;
     MOE_RETURN_IF_ERROR(parse_deepseek(j, r, &c));
   } else {
     return invalid_argument(source + ": unknown model_type '" + c.model_type +
-                            "' (supported: mixtral, qwen2_moe, qwen3_moe, deepseek_v3)");
+                            "' (supported: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2)");
   }
   return c;
 }

@@ -1,10 +1,10 @@
 // Model hyper-parameters, read from a Hugging Face `config.json`.
 //
 // One struct for every architecture family; each family's parser
-// (config.cc: parse_mixtral, parse_qwen_moe, parse_deepseek_v3) fills the fields it
-// defines and validates them. Families: mixtral, qwen2_moe, qwen3_moe (runnable);
-// deepseek_v3 (config and router parsed; the model is rejected at load time until MLA
-// attention exists).
+// (config.cc: parse_mixtral, parse_qwen_moe, parse_deepseek) fills the fields it
+// defines and validates them. Families: mixtral, qwen2_moe, qwen3_moe (GQA attention);
+// deepseek_v2, deepseek_v3 and kimi_k2 (the deepseek_v3 architecture; multi-head latent
+// attention).
 #pragma once
 
 #include <string>
@@ -15,7 +15,51 @@
 
 namespace moe {
 
-enum class ModelFamily { kMixtral, kQwen2Moe, kQwen3Moe, kDeepseekV3 };
+enum class ModelFamily { kMixtral, kQwen2Moe, kQwen3Moe, kDeepseekV2, kDeepseekV3 };
+
+// Multi-head latent attention (DeepSeek-V2 paper, section 2.1; transformers
+// modeling_deepseek_v3.py). enabled() iff kv_lora_rank > 0 (the DeepSeek families).
+//   q:  x -> q_a_proj [q_lora_rank] -> RMSNorm -> q_b_proj [heads * qk_head_dim]
+//       (q_lora_rank 0: one q_proj, as DeepSeek-V2-Lite); per head [nope | rope].
+//   kv: x -> kv_a_proj_with_mqa [kv_lora_rank + qk_rope_head_dim] = [c_kv | k_rope];
+//       RMSNorm(c_kv) -> kv_b_proj [heads * (qk_nope_head_dim + v_head_dim)], per head
+//       [k_nope | v]; k_rope is one head shared by all heads.
+struct MlaConfig {
+  int q_lora_rank = 0;  // 0 = no low-rank q path (a direct q_proj)
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  bool enabled() const { return kv_lora_rank > 0; }
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+// `rope_scaling` of config.json. kLinear: positions divided by factor (transformers
+// "linear"). kYarn: YaRN (Peng et al. 2023) as transformers' _compute_yarn_parameters
+// and DeepSeek's DeepseekV3YarnRotaryEmbedding: per-frequency blend of interpolated
+// (theta-scaled by factor) and extrapolated frequencies over the correction range of
+// beta_fast..beta_slow rotations at original_max_position_embeddings; cos/sin scaled
+// by get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim), where
+// get_mscale(s, m) = 0.1 * m * ln(s) + 1 (1 when s <= 1). Under MLA the softmax scale
+// is also multiplied by get_mscale(factor, mscale_all_dim)^2 (when mscale_all_dim != 0).
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kYarn };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  int original_max_position_embeddings = 0;  // YaRN
+  double beta_fast = 32.0, beta_slow = 1.0;  // YaRN (transformers defaults)
+  double mscale = 1.0, mscale_all_dim = 0.0;  // YaRN (DeepSeek keys; 0 = absent)
+  double attention_factor = 0.0;  // YaRN `attention_factor` when given (overrides mscale ratio); 0 = absent
+};
+
+// FP8 weights (`quantization_config` with quant_method "fp8", fmt "e4m3", as
+// DeepSeek-V3): each quantised Linear weight [rows, cols] is float8_e4m3fn with a
+// `<name>_scale_inv` f32 tensor [ceil(rows / block_rows), ceil(cols / block_cols)];
+// the real weight is fp8 value * scale_inv of its block.
+struct Fp8Config {
+  bool enabled = false;
+  int block_rows = 128, block_cols = 128;  // weight_block_size
+};
 
 // How a token picks its experts (moe/router.h implements it).
 struct RouterConfig {
@@ -49,9 +93,15 @@ struct ModelConfig {
   int num_hidden_layers = 0;
   int num_attention_heads = 0;
   int num_key_value_heads = 0;
-  int head_dim = 0;
+  int head_dim = 0;  // GQA head width; MLA: qk_head_dim (q and k), v_head_dim in mla
   double rms_norm_eps = 1e-5;
   double rope_theta = 1e6;
+  RopeScaling rope_scaling;
+  // RoPE rotates element pairs (2i, 2i+1) (GPT-J / DeepSeek `rope_interleave`) rather
+  // than (i, i + d/2) (transformers' rotate_half). DeepSeek families: true.
+  bool rope_interleave = false;
+  MlaConfig mla;
+  Fp8Config fp8;
   int max_position_embeddings = 0;  // usable context, tokens (min with sliding_window)
   bool tie_word_embeddings = false;
   RouterConfig router;

@@ -21,7 +21,15 @@ WeightNames weight_names_for(ModelFamily family) {
   n.k_norm = "self_attn.k_norm.weight";
   n.score_bias = "mlp.gate.e_score_correction_bias";
   n.dense_mlp_prefix = "mlp.";
-  n.shared_expert_prefix = family == ModelFamily::kDeepseekV3 ? "mlp.shared_experts." : "mlp.shared_expert.";
+  const bool deepseek = family == ModelFamily::kDeepseekV2 || family == ModelFamily::kDeepseekV3;
+  n.shared_expert_prefix = deepseek ? "mlp.shared_experts." : "mlp.shared_expert.";
+  // transformers/models/deepseek_v3/modeling_deepseek_v3.py: DeepseekV3Attention
+  n.q_a_proj = "self_attn.q_a_proj.weight";
+  n.q_a_norm = "self_attn.q_a_layernorm.weight";
+  n.q_b_proj = "self_attn.q_b_proj.weight";
+  n.kv_a_proj = "self_attn.kv_a_proj_with_mqa.weight";
+  n.kv_a_norm = "self_attn.kv_a_layernorm.weight";
+  n.kv_b_proj = "self_attn.kv_b_proj.weight";
   n.shared_expert_gate = "mlp.shared_expert_gate.weight";
   n.mlp_gate = "gate_proj.weight";
   n.mlp_down = "down_proj.weight";
@@ -37,6 +45,7 @@ WeightNames weight_names_for(ModelFamily family) {
       break;
     case ModelFamily::kQwen2Moe:
     case ModelFamily::kQwen3Moe:
+    case ModelFamily::kDeepseekV2:
     case ModelFamily::kDeepseekV3:
       // Qwen/DeepSeek MoE blocks: mlp.gate, mlp.experts.{j}.{gate,down,up}_proj,
       // mlp.shared_expert(s).{gate,down,up}_proj

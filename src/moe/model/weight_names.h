@@ -15,6 +15,10 @@ struct WeightNames {
   std::string q_bias, k_bias, v_bias;  // when config.attention_qkv_bias
   std::string q_norm, k_norm;          // when config.qk_norm
   std::string score_bias;              // when config.router.has_score_bias()
+  // Multi-head latent attention (config.mla.enabled()): q_a_proj, q_a_layernorm,
+  // q_b_proj (q_lora_rank > 0) or q_proj; kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj;
+  // o_proj as above.
+  std::string q_a_proj, q_a_norm, q_b_proj, kv_a_proj, kv_a_norm, kv_b_proj;
   // SwiGLU MLPs "<layer>.<prefix><gate|down|up>": the dense MLP of non-MoE layers and
   // the shared expert of MoE layers (+ its sigmoid gate, Qwen2-MoE).
   std::string dense_mlp_prefix, shared_expert_prefix, shared_expert_gate;
