@@ -73,6 +73,13 @@ struct EngineOptions {
   // `moe serve` turns it on by default; with it `moe generate` gives bitwise the tokens
   // and logits a served request gets.
   bool batch_invariant = false;
+  // Multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2): how attention runs.
+  // "naive" expands per-head keys and values from the latent cache; "absorbed" folds
+  // the up-projections into the query and output and attends in the latent space;
+  // "auto" (default) takes naive for prefill chunks and absorbed for decode, and
+  // absorbed throughout under batch_invariant (docs/performance.md has the figures).
+  // Anything else: InvalidArgument from Engine::open. Ignored by GQA models.
+  std::string mla_attention = "auto";
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

@@ -81,6 +81,11 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "true|false: batch-invariant kernels (a token's logits do not depend on what shares its batch; "
                  "GEMV instead of sgemm for prefill)")
       ->capture_default_str();
+  app.add_option("--mla-attention", f->options.mla_attention,
+                 "DeepSeek MLA models: naive (expand K/V from the latent cache), absorbed (attend in the latent "
+                 "space) or auto (naive for prefill, absorbed for decode; absorbed under --batch-invariant)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "naive", "absorbed"}));
 }
 
 std::string check_engine_flags(const EngineFlags& f) {

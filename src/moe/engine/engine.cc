@@ -79,7 +79,8 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
 
   const uint64_t seed = sp.seed ? *sp.seed : std::random_device{}();
   Sampler sampler(sp.temperature, sp.top_k, sp.top_p, seed);
-  KVCache cache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, std::max<int64_t>(needed, 1));
+  const KvCacheShape kv = kv_cache_shape(c);
+  KVCache cache(c.num_hidden_layers, kv.heads, kv.k_dim, std::max<int64_t>(needed, 1), kv.v_dim);
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
 
   const double t0 = now_seconds();

@@ -200,9 +200,8 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   } else {
     MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
   }
-  if (impl->config.family == ModelFamily::kDeepseekV3) {
-    return unimplemented(dir + "/config.json: model_type 'deepseek_v3' is parsed (its router is supported) but "
-                         "Multi-head Latent Attention is not implemented yet, so the model cannot run");
+  if (options.mla_attention != "auto" && options.mla_attention != "naive" && options.mla_attention != "absorbed") {
+    return invalid_argument("mla_attention '" + options.mla_attention + "' is not one of auto, naive, absorbed");
   }
   if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
     return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
@@ -322,9 +321,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     return local;
   }
   const std::string& dir = options.model_dir;
-  impl->decoder = std::make_unique<Decoder>(
-      impl->config, impl->weights,
-      DecoderOptions{impl->comm ? &impl->ep : nullptr, KernelOptions{options.batch_invariant}});
+  DecoderOptions decoder_options{impl->comm ? &impl->ep : nullptr, KernelOptions{options.batch_invariant}};
+  decoder_options.mla_path = options.mla_attention == "naive"      ? MlaPath::kNaive
+                             : options.mla_attention == "absorbed" ? MlaPath::kAbsorbed
+                                                                   : MlaPath::kAuto;
+  impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights, decoder_options);
   impl->decoder->set_capacity(impl->capacity);
   ExpertLoadStats* stats = impl->load_stats.get();
   impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {

@@ -139,8 +139,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
     return failed_precondition("under expert parallelism the scheduler runs on rank 0; other ranks call run_worker()");
   }
   const ModelConfig& c = *core.config;
-  const size_t bytes_per_token = static_cast<size_t>(c.num_hidden_layers) * 2 * c.num_key_value_heads * c.head_dim *
-                                 sizeof(float);
+  const KvCacheShape kv = kv_cache_shape(c);
+  const size_t bytes_per_token = static_cast<size_t>(c.num_hidden_layers) * kv.bytes_per_token_per_layer();
   int64_t tokens = o.kv_cache_tokens;
   if (tokens == 0) {
     tokens = static_cast<int64_t>(o.max_num_seqs) * c.max_position_embeddings;
@@ -154,8 +154,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   auto st = std::make_unique<State>();
   st->core = &core;
   st->options = o;
-  st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, o.kv_block_size,
-                                          num_blocks);
+  st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, kv.heads, kv.k_dim, o.kv_block_size, num_blocks,
+                                          kv.v_dim);
   st->allocator = std::make_unique<BlockAllocator>(num_blocks);
   core.decoder->reserve(o.max_num_batched_tokens, o.max_num_seqs);  // forward_batch's workspaces
   st->snap.kv_blocks_total = num_blocks;

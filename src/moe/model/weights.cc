@@ -53,6 +53,48 @@ StatusOr<ExpertWeights> swiglu(const ModelSource& ckpt, const WeightNames& names
   return E;
 }
 
+// Adds the config fields that imply a tensor's shape to a shape error.
+Status with_fields(Status st, const std::string& fields) {
+  if (st.ok() || st.code() != StatusCode::kInvalidArgument) return st;
+  return invalid_argument(st.message() + " (from " + fields + ")");
+}
+
+// Multi-head latent attention of layer l (weight_names.h; shapes in weights.h).
+Status bind_mla(const ModelConfig& c, const ModelSource& ckpt, const WeightNames& names, int l, LayerWeights* layer) {
+  const MlaConfig& m = c.mla;
+  const int64_t hidden = c.hidden_size, heads = c.num_attention_heads;
+  const std::string dims = "num_attention_heads " + std::to_string(heads) + ", qk_nope_head_dim " +
+                           std::to_string(m.qk_nope_head_dim) + ", qk_rope_head_dim " + std::to_string(m.qk_rope_head_dim);
+  MlaWeights& w = layer->mla;
+  auto bind = [&](Weight2D* out, const std::string& suffix, int64_t rows, int64_t cols, const std::string& fields) {
+    auto r = matrix(ckpt, names.layer(l, suffix), rows, cols);
+    if (!r.ok()) return with_fields(r.status(), fields);
+    *out = r.value();
+    return ok_status();
+  };
+  if (m.q_lora_rank > 0) {
+    const std::string q_lora = "q_lora_rank " + std::to_string(m.q_lora_rank);
+    MOE_RETURN_IF_ERROR(bind(&w.q_a_proj, names.q_a_proj, m.q_lora_rank, hidden, q_lora + ", hidden_size"));
+    auto norm = vector_f32(ckpt, names.layer(l, names.q_a_norm), m.q_lora_rank);
+    if (!norm.ok()) return with_fields(norm.status(), q_lora);
+    w.q_a_norm = std::move(norm.value());
+    MOE_RETURN_IF_ERROR(bind(&w.q_b_proj, names.q_b_proj, heads * m.qk_head_dim(), m.q_lora_rank, dims + ", " + q_lora));
+  } else {
+    MOE_RETURN_IF_ERROR(bind(&w.q_proj, names.q_proj, heads * m.qk_head_dim(), hidden, dims + ", q_lora_rank null"));
+  }
+  const std::string kv_lora = "kv_lora_rank " + std::to_string(m.kv_lora_rank);
+  MOE_RETURN_IF_ERROR(bind(&w.kv_a_proj, names.kv_a_proj, m.kv_lora_rank + m.qk_rope_head_dim, hidden,
+                           kv_lora + " + qk_rope_head_dim " + std::to_string(m.qk_rope_head_dim)));
+  auto norm = vector_f32(ckpt, names.layer(l, names.kv_a_norm), m.kv_lora_rank);
+  if (!norm.ok()) return with_fields(norm.status(), kv_lora);
+  w.kv_a_norm = std::move(norm.value());
+  MOE_RETURN_IF_ERROR(bind(&w.kv_b_proj, names.kv_b_proj, heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank,
+                           "num_attention_heads * (qk_nope_head_dim " + std::to_string(m.qk_nope_head_dim) +
+                               " + v_head_dim " + std::to_string(m.v_head_dim) + "), " + kv_lora));
+  return bind(&layer->o_proj, names.o_proj, hidden, heads * m.v_head_dim,
+              "hidden_size, num_attention_heads * v_head_dim " + std::to_string(m.v_head_dim));
+}
+
 }  // namespace
 
 Status bind_mlp_block(const ModelConfig& c, const ModelSource& ckpt, int l, const ExpertFilter& want_expert,
@@ -99,10 +141,6 @@ Status bind_expert(const ModelConfig& c, const ModelSource& ckpt, int l, int e, 
 
 StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const ModelSource& ckpt,
                                     const ExpertFilter& want_expert) {
-  if (c.family == ModelFamily::kDeepseekV3) {
-    return unimplemented("model_type 'deepseek_v3': Multi-head Latent Attention is not implemented yet "
-                         "(its router is: see moe/router.h)");
-  }
   const WeightNames names = weight_names_for(c.family);
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
@@ -116,6 +154,11 @@ StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const ModelSource& ckp
     MOE_ASSIGN_OR_RETURN(L.input_norm, vector_f32(ckpt, names.layer(l, names.input_norm), hidden));
     MOE_ASSIGN_OR_RETURN(L.post_attention_norm,
                          vector_f32(ckpt, names.layer(l, names.post_attention_norm), hidden));
+    if (c.mla.enabled()) {
+      MOE_RETURN_IF_ERROR(bind_mla(c, ckpt, names, l, &L));
+      MOE_RETURN_IF_ERROR(bind_mlp_block(c, ckpt, l, want_expert, &L));
+      continue;
+    }
     MOE_ASSIGN_OR_RETURN(L.q_proj, matrix(ckpt, names.layer(l, names.q_proj), q_dim, hidden));
     MOE_ASSIGN_OR_RETURN(L.k_proj, matrix(ckpt, names.layer(l, names.k_proj), kv_dim, hidden));
     MOE_ASSIGN_OR_RETURN(L.v_proj, matrix(ckpt, names.layer(l, names.v_proj), kv_dim, hidden));

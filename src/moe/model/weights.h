@@ -25,13 +25,26 @@ struct ExpertWeights {
   size_t bytes() const { return w1.bytes() + w2.bytes() + w3.bytes(); }
 };
 
+// Multi-head latent attention (config.mla, DeepSeek-V2/V3); shapes with
+// r = kv_lora_rank, d_qk = qk_nope_head_dim + qk_rope_head_dim:
+struct MlaWeights {
+  Weight2D q_a_proj;             // [q_lora_rank, hidden]          (q_lora_rank > 0)
+  std::vector<float> q_a_norm;   // [q_lora_rank]                  (q_lora_rank > 0)
+  Weight2D q_b_proj;             // [heads * d_qk, q_lora_rank]    (q_lora_rank > 0)
+  Weight2D q_proj;               // [heads * d_qk, hidden]         (q_lora_rank == 0)
+  Weight2D kv_a_proj;            // [r + qk_rope_head_dim, hidden] kv_a_proj_with_mqa: [c_kv | k_rope]
+  std::vector<float> kv_a_norm;  // [r]
+  Weight2D kv_b_proj;            // [heads * (qk_nope_head_dim + v_head_dim), r]: per head [W_UK; W_UV]
+};
+
 struct LayerWeights {
   std::vector<float> input_norm;           // [hidden]
   std::vector<float> post_attention_norm;  // [hidden]
+  MlaWeights mla;                          // MLA models only (then q/k/v_proj are empty)
   Weight2D q_proj;                         // [heads * head_dim, hidden]
   Weight2D k_proj;                         // [kv_heads * head_dim, hidden]
   Weight2D v_proj;                         // [kv_heads * head_dim, hidden]
-  Weight2D o_proj;                         // [hidden, heads * head_dim]
+  Weight2D o_proj;                         // [hidden, heads * head_dim] (MLA: heads * v_head_dim)
   std::vector<float> q_bias, k_bias, v_bias;  // [q dim] / [kv dim]; empty without qkv bias
   std::vector<float> q_norm, k_norm;          // [head_dim]; empty without qk_norm
   // Dense layers (config.is_moe_layer(l) false): the SwiGLU MLP, width intermediate_size.
@@ -58,15 +71,14 @@ using ExpertFilter = std::function<bool(int layer, int expert)>;
 // restored StoreModel); the weights point into its memory and live while it does.
 // Errors (NotFound for a missing tensor, FailedPrecondition for a wanted expert the
 // source did not load, InvalidArgument for a wrong shape or an unsupported dtype) name
-// the tensor, its file, and the expected vs found shape; Unimplemented for deepseek_v3
-// (MLA attention is not implemented yet).
+// the tensor, its file, and the expected vs found shape (for MLA tensors, with the
+// config fields that imply it).
 StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const ModelSource& source,
                                     const ExpertFilter& want_expert = nullptr);
 
 // Binds only layer l's MLP block into *layer: the dense MLP, or the router, score bias,
 // shared expert (+ gate) and routed experts (those want_expert selects). Used by
-// bind_weights, and to test an MoE block of a family whose attention is not
-// implemented (deepseek_v3). Errors as bind_weights.
+// bind_weights, and to test an MoE block alone. Errors as bind_weights.
 Status bind_mlp_block(const ModelConfig& config, const ModelSource& source, int l, const ExpertFilter& want_expert,
                       LayerWeights* layer);
 

@@ -19,7 +19,7 @@ inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// One query: q [hd] over positions [0, ctx); scores: scratch [ctx]; out: [hd].
+// One query: q [hd] over positions [0, ctx); scores: scratch [ctx]; out: [vd].
 struct QueryTask {
   const float* q;
   int64_t ctx;
@@ -27,10 +27,11 @@ struct QueryTask {
   float scale;
   float* scores;
   float* out;
+  int vd = 0;  // value width; 0 = hd (MLA: keys and values differ in width)
 };
 
-// row_k(p) / row_v(p): the key / value of position p, [hd] each, p < ctx.
-// out = softmax(q K^T * scale) V. AVX2 when hd % 8 == 0.
+// row_k(p) / row_v(p): the key [hd] / value [vd] of position p, p < ctx.
+// out = softmax(q K^T * scale) V. AVX2 when hd and vd are multiples of 8.
 template <typename KeyAt, typename ValueAt>
 inline void attend_query(const QueryTask& task, KeyAt row_k, ValueAt row_v) {
   const float* q = task.q;
@@ -39,7 +40,9 @@ inline void attend_query(const QueryTask& task, KeyAt row_k, ValueAt row_v) {
   const float scale = task.scale;
   float* scores = task.scores;
   float* out = task.out;
+  const int vd = task.vd > 0 ? task.vd : hd;
   const bool vec = hd % 8 == 0;
+  const bool vec_v = vd % 8 == 0;
   for (int64_t p = 0; p < ctx; ++p) {
     const float* kp = row_k(p);
     float s = 0;
@@ -53,17 +56,17 @@ inline void attend_query(const QueryTask& task, KeyAt row_k, ValueAt row_v) {
     scores[p] = s * scale;
   }
   softmax(scores, ctx);
-  std::fill(out, out + hd, 0.0f);
+  std::fill(out, out + vd, 0.0f);
   for (int64_t p = 0; p < ctx; ++p) {
     const float w = scores[p];
     const float* vp = row_v(p);
-    if (vec) {
+    if (vec_v) {
       const __m256 wv = _mm256_set1_ps(w);
-      for (int i = 0; i < hd; i += 8) {
+      for (int i = 0; i < vd; i += 8) {
         _mm256_storeu_ps(out + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp + i), _mm256_loadu_ps(out + i)));
       }
     } else {
-      for (int i = 0; i < hd; ++i) out[i] += w * vp[i];
+      for (int i = 0; i < vd; ++i) out[i] += w * vp[i];
     }
   }
 }

@@ -29,7 +29,10 @@ Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const D
       weights_(weights),
       ep_(options.ep),
       kernel_(options.kernel),
-      attention_(std::make_unique<GqaAttention>(config, weights, options.kernel)),
+      attention_(config.mla.enabled()
+                     ? std::unique_ptr<AttentionBlock>(
+                           std::make_unique<MlaAttention>(config, weights, options.kernel, options.mla_path))
+                     : std::make_unique<GqaAttention>(config, weights, options.kernel)),
       moe_block_(std::make_unique<MoeBlock>(config, weights, options.ep, options.kernel, kMaxChunk)),
       dense_block_(std::make_unique<DenseMlpBlock>(weights, options.kernel)) {
   for (int l = 0; l < config.num_hidden_layers; ++l) {

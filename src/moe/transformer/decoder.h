@@ -1,6 +1,7 @@
-// The decoder forward pass (Mixtral, Qwen2-MoE, Qwen3-MoE): embedding -> L x [RMSNorm
-// -> attention block -> residual -> RMSNorm -> feed-forward block -> residual] ->
-// RMSNorm -> lm_head. The attention block is GQA with RoPE (gqa_attention.h); the
+// The decoder forward pass (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3): embedding ->
+// L x [RMSNorm -> attention block -> residual -> RMSNorm -> feed-forward block ->
+// residual] -> RMSNorm -> lm_head. The attention block is GQA with RoPE
+// (gqa_attention.h) or multi-head latent attention (mla_attention.h); the
 // feed-forward block is the sparse MoE (+ shared expert) on MoE layers and a dense
 // SwiGLU MLP elsewhere (mlp_blocks.h). References:
 // transformers/models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py.
@@ -19,6 +20,7 @@
 #include "moe/transformer/attention_block.h"
 #include "moe/transformer/feed_forward_block.h"
 #include "moe/transformer/kv_cache.h"
+#include "moe/transformer/mla_attention.h"
 #include "moe/transformer/mlp_blocks.h"
 #include "moe/transformer/paged_kv_cache.h"
 
@@ -31,6 +33,8 @@ struct DecoderOptions {
   const std::vector<EpContext>* ep = nullptr;
   // How every kernel of the forward runs (EngineOptions::batch_invariant).
   KernelOptions kernel;
+  // Multi-head latent attention models: naive, absorbed or by rule (mla_attention.h).
+  MlaPath mla_path = MlaPath::kAuto;
 };
 
 class Decoder {

@@ -6,20 +6,24 @@
 
 namespace moe {
 
-PagedKVCache::PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int block_size, int64_t num_blocks)
+PagedKVCache::PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int block_size, int64_t num_blocks,
+                           int v_head_dim)
     : num_kv_heads_(num_kv_heads),
       head_dim_(head_dim),
+      v_head_dim_(v_head_dim < 0 ? head_dim : v_head_dim),
       block_size_(block_size),
       num_blocks_(num_blocks),
       layer_stride_(static_cast<size_t>(num_blocks) * static_cast<size_t>(num_kv_heads) *
                     static_cast<size_t>(block_size) * static_cast<size_t>(head_dim)),
+      v_layer_stride_(static_cast<size_t>(num_blocks) * static_cast<size_t>(num_kv_heads) *
+                      static_cast<size_t>(block_size) * static_cast<size_t>(v_head_dim_)),
       k_(layer_stride_ * static_cast<size_t>(num_layers)),
-      v_(layer_stride_ * static_cast<size_t>(num_layers)) {}
+      v_(v_layer_stride_ * static_cast<size_t>(num_layers)) {}
 
 KvView PagedKVCache::layer(int layer) const {
-  const std::initializer_list<int64_t> shape = {num_blocks_, num_kv_heads_, block_size_, head_dim_};
-  return {TensorView(const_cast<float*>(k_layer(layer)), DType::kF32, shape),
-          TensorView(const_cast<float*>(v_layer(layer)), DType::kF32, shape)};
+  return {TensorView(const_cast<float*>(k_layer(layer)), DType::kF32, {num_blocks_, num_kv_heads_, block_size_, head_dim_}),
+          TensorView(const_cast<float*>(v_layer(layer)), DType::kF32,
+                     {num_blocks_, num_kv_heads_, block_size_, v_head_dim_})};
 }
 
 void PagedKVCache::write(int layer, const int32_t* block_table, int64_t start_pos, const TensorView& key_rows,
@@ -27,24 +31,26 @@ void PagedKVCache::write(int layer, const int32_t* block_table, int64_t start_po
   const int64_t m = key_rows.dim(0);
   MOE_CHECK(key_rows.dtype() == DType::kF32 && value_rows.dtype() == DType::kF32);
   MOE_CHECK(key_rows.ndim() == 2 && value_rows.ndim() == 2 && value_rows.dim(0) == m);
-  MOE_CHECK(key_rows.dim(1) == static_cast<int64_t>(num_kv_heads_) * head_dim_ && value_rows.dim(1) == key_rows.dim(1));
+  MOE_CHECK(key_rows.dim(1) == static_cast<int64_t>(num_kv_heads_) * head_dim_);
+  MOE_CHECK(v_head_dim_ == 0 || value_rows.dim(1) == static_cast<int64_t>(num_kv_heads_) * v_head_dim_);
   MOE_CHECK(key_rows.is_contiguous() && value_rows.is_contiguous());
   const float* keys = key_rows.data_as<const float>();
   const float* values = value_rows.data_as<const float>();
   float* kl = k_.data() + static_cast<size_t>(layer) * layer_stride_;
-  float* vl = v_.data() + static_cast<size_t>(layer) * layer_stride_;
+  float* vl = v_.data() + static_cast<size_t>(layer) * v_layer_stride_;
   const int64_t row = static_cast<int64_t>(num_kv_heads_) * head_dim_;
+  const int64_t v_row = static_cast<int64_t>(num_kv_heads_) * v_head_dim_;
   const size_t bytes = static_cast<size_t>(head_dim_) * sizeof(float);
+  const size_t v_bytes = static_cast<size_t>(v_head_dim_) * sizeof(float);
   for (int64_t t = 0; t < m; ++t) {
     const int64_t pos = start_pos + t;
     const int64_t block = block_table[pos / block_size_];
     MOE_CHECK(block >= 0 && block < num_blocks_);
     const int64_t off = pos % block_size_;
     for (int h = 0; h < num_kv_heads_; ++h) {
-      const size_t dst =
-          static_cast<size_t>(((block * num_kv_heads_ + h) * block_size_ + off) * head_dim_);
-      std::memcpy(kl + dst, keys + t * row + h * head_dim_, bytes);
-      std::memcpy(vl + dst, values + t * row + h * head_dim_, bytes);
+      const size_t slot = static_cast<size_t>((block * num_kv_heads_ + h) * block_size_ + off);
+      std::memcpy(kl + slot * static_cast<size_t>(head_dim_), keys + t * row + h * head_dim_, bytes);
+      if (v_head_dim_ > 0) std::memcpy(vl + slot * static_cast<size_t>(v_head_dim_), values + t * v_row + h * v_head_dim_, v_bytes);
     }
   }
 }

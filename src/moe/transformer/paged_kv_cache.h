@@ -3,6 +3,8 @@
 // position p lives in block table[p / block_size] at offset p % block_size.
 //
 // Layout per layer and block: K and V as [num_kv_heads, block_size, head_dim] f32.
+// Multi-head latent attention keeps one row per position (the latent cache): num_kv_heads
+// 1, head_dim kv_lora_rank + qk_rope_head_dim, v_head_dim 0 (no V pool).
 // BlockAllocator hands out block ids; neither class is thread-safe (the scheduler's
 // thread owns both).
 #pragma once
@@ -18,7 +20,8 @@ namespace moe {
 
 class PagedKVCache {
  public:
-  PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int block_size, int64_t num_blocks);
+  // v_head_dim: width of the V rows; -1 = head_dim, 0 = no V (MLA's latent cache).
+  PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int block_size, int64_t num_blocks, int v_head_dim = -1);
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
@@ -26,21 +29,21 @@ class PagedKVCache {
   // Start of layer `layer`'s K (V) pool: block b, KV head h, offset o at
   // ((b * num_kv_heads + h) * block_size + o) * head_dim.
   const float* k_layer(int layer) const { return k_.data() + static_cast<size_t>(layer) * layer_stride_; }
-  const float* v_layer(int layer) const { return v_.data() + static_cast<size_t>(layer) * layer_stride_; }
+  const float* v_layer(int layer) const { return v_.data() + static_cast<size_t>(layer) * v_layer_stride_; }
   // The same pools as [num_blocks, num_kv_heads, block_size, head_dim] f32 views
   // (for paged_causal_attention).
   KvView layer(int layer) const;
 
-  // Writes m tokens' keys/values, keys and values [m, num_kv_heads * head_dim] f32
-  // contiguous, at positions [start_pos, start_pos + m) of the sequence whose blocks are
+  // Writes m tokens' keys/values, keys [m, num_kv_heads * head_dim] and values
+  // [m, num_kv_heads * v_head_dim] f32 contiguous (values ignored when v_head_dim is 0), at positions [start_pos, start_pos + m) of the sequence whose blocks are
   // `block_table` (which must cover those positions; block ids are checked, MOE_CHECK).
   void write(int layer, const int32_t* block_table, int64_t start_pos, const TensorView& keys,
              const TensorView& values);
 
  private:
-  int num_kv_heads_, head_dim_, block_size_;
+  int num_kv_heads_, head_dim_, v_head_dim_, block_size_;
   int64_t num_blocks_;
-  size_t layer_stride_;
+  size_t layer_stride_, v_layer_stride_;
   std::vector<float> k_, v_;
 };
 

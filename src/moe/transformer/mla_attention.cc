@@ -1,0 +1,290 @@
+#include "moe/transformer/mla_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "moe/core/check.h"
+#include "moe/ops/linear.h"
+#include "moe/ops/norm.h"
+
+namespace moe {
+namespace {
+
+TensorView vec_view(const std::vector<float>& v) {
+  return TensorView::f32(v.data(), {static_cast<int64_t>(v.size())});
+}
+
+// A sub-matrix of rows [row0, row0 + rows) of w (same dtype, in place).
+Weight2D row_block(const Weight2D& w, int64_t row0, int64_t rows) {
+  Weight2D b = w;
+  b.data = w.row(row0);
+  b.rows = rows;
+  return b;
+}
+
+// Rotates `heads` rope parts of `rd` floats per row, at x + t * stride + h * head_stride,
+// for m rows at positions start_pos + t, through tmp [m * heads * rd]. With
+// `interleaved`, the pairs (2i, 2i+1) are first gathered to (i, i + rd/2) -- the same
+// permutation for queries and keys, so scores are those of the interleaved rotation
+// (transformers' deepseek_v3 does the same) -- and the rotated parts stay in that order.
+void rotate_parts(const RopeTable& rope, float* x, int64_t m, int64_t stride, int heads, int64_t head_stride, int rd,
+                  int64_t start_pos, bool interleaved, std::vector<float>* tmp) {
+  const int half = rd / 2;
+  tmp->resize(static_cast<size_t>(m * heads * rd));
+  float* t0 = tmp->data();
+  for (int64_t t = 0; t < m; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      const float* src = x + t * stride + h * head_stride;
+      float* dst = t0 + (t * heads + h) * rd;
+      if (interleaved) {
+        for (int i = 0; i < half; ++i) {
+          dst[i] = src[2 * i];
+          dst[half + i] = src[2 * i + 1];
+        }
+      } else {
+        std::memcpy(dst, src, static_cast<size_t>(rd) * sizeof(float));
+      }
+    }
+  }
+  rope.apply(t0, m, static_cast<int64_t>(heads) * rd, heads, start_pos);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      std::memcpy(x + t * stride + h * head_stride, t0 + (t * heads + h) * rd, static_cast<size_t>(rd) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+float MlaAttention::softmax_scale(const ModelConfig& c) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.mla.qk_head_dim()));
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == RopeScaling::Type::kYarn && rs.mscale_all_dim != 0 && rs.factor > 1) {
+    const double m = 0.1 * rs.mscale_all_dim * std::log(rs.factor) + 1.0;
+    scale *= m * m;
+  }
+  return static_cast<float>(scale);
+}
+
+MlaAttention::MlaAttention(const ModelConfig& config, const ModelWeights& weights, const KernelOptions& kernel,
+                           MlaPath path)
+    : config_(config),
+      weights_(weights),
+      kernel_(kernel),
+      path_(path),
+      rope_(config.mla.qk_rope_head_dim, config.rope_theta, config.max_position_embeddings),
+      scale_(softmax_scale(config)),
+      heads_(config.num_attention_heads),
+      nope_(config.mla.qk_nope_head_dim),
+      rope_dim_(config.mla.qk_rope_head_dim),
+      v_dim_(config.mla.v_head_dim),
+      lora_(config.mla.kv_lora_rank),
+      qk_(config.mla.qk_head_dim()) {
+  MOE_CHECK(config.mla.enabled());
+  // W_UK^T per head: wuk_t[h * lora + c][j] = kv_b_proj[h * (nope + v) + j][c].
+  std::vector<float> row(static_cast<size_t>(lora_));
+  for (const LayerWeights& L : weights.layers) {
+    const Weight2D& kvb = L.mla.kv_b_proj;
+    Tensor t = Tensor::empty(DType::kF32, {static_cast<int64_t>(heads_) * lora_, nope_});
+    float* dst = t.view().data_as<float>();
+    for (int h = 0; h < heads_; ++h) {
+      for (int j = 0; j < nope_; ++j) {
+        convert_to_f32(kvb.row(static_cast<int64_t>(h) * (nope_ + v_dim_) + j), kvb.dtype, row.data(), row.size());
+        for (int c = 0; c < lora_; ++c) dst[(static_cast<int64_t>(h) * lora_ + c) * nope_ + j] = row[static_cast<size_t>(c)];
+      }
+    }
+    wuk_t_.push_back(std::move(t));
+  }
+}
+
+void MlaAttention::reserve(int64_t max_tokens, int64_t max_segments) {
+  if (max_tokens > max_tokens_) {
+    const int64_t heads = heads_;
+    q_a_ = Tensor::empty(DType::kF32, {max_tokens, std::max(config_.mla.q_lora_rank, 1)});
+    q_ = Tensor::empty(DType::kF32, {max_tokens, heads * qk_});
+    kv_ = Tensor::empty(DType::kF32, {max_tokens, lora_ + rope_dim_});
+    q_abs_ = Tensor::empty(DType::kF32, {max_tokens, heads * (lora_ + rope_dim_)});
+    o_lat_ = Tensor::empty(DType::kF32, {max_tokens, heads * lora_});
+    attn_ = Tensor::empty(DType::kF32, {max_tokens, heads * v_dim_});
+    gather_ = Tensor::empty(DType::kF32, {heads, max_tokens, std::max(lora_, nope_)});
+    scatter_ = Tensor::empty(DType::kF32, {heads, max_tokens, std::max(lora_, v_dim_)});
+    rope_tmp_.reserve(static_cast<size_t>(max_tokens * heads * rope_dim_));
+    max_tokens_ = max_tokens;
+  }
+  seqs_.reserve(static_cast<size_t>(max_segments));
+}
+
+void MlaAttention::project_queries(const LayerWeights& L, const float* x, int64_t m) {
+  const MlaWeights& w = L.mla;
+  float* q = q_.view().data_as<float>();
+  float* kv = kv_.view().data_as<float>();
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  if (config_.mla.q_lora_rank > 0) {
+    float* qa = q_a_.view().data_as<float>();
+    const LinearJob a[2] = {{x, m, &w.q_a_proj, qa}, {x, m, &w.kv_a_proj, kv}};
+    linear_many(a, 2, kernel_);
+    const TensorView qa_rows = TensorView::f32(qa, {m, config_.mla.q_lora_rank});
+    rms_norm(qa_rows, vec_view(w.q_a_norm), eps, qa_rows);
+    linear(qa_rows, w.q_b_proj, TensorView::f32(q, {m, static_cast<int64_t>(heads_) * qk_}), kernel_);
+  } else {
+    const LinearJob a[2] = {{x, m, &w.q_proj, q}, {x, m, &w.kv_a_proj, kv}};
+    linear_many(a, 2, kernel_);
+  }
+  // c = RMSNorm(c_kv): the first kv_lora floats of each latent row.
+  const int64_t row = lora_ + rope_dim_;
+  for (int64_t t = 0; t < m; ++t) {
+    const TensorView c = TensorView::f32(kv + t * row, {1, lora_});
+    rms_norm(c, vec_view(w.kv_a_norm), eps, c);
+  }
+}
+
+LatentRows MlaAttention::latent_rows(int layer, const AttentionBatch& batch) const {
+  const int64_t row = lora_ + rope_dim_;
+  if (batch.paged != nullptr) return LatentRows{batch.paged->k_layer(layer), row, batch.paged->block_size()};
+  return LatentRows{batch.cache->k(layer), row, 0};
+}
+
+void MlaAttention::write_cache(int layer, const AttentionBatch& batch) {
+  const TensorView kv = kv_.view();
+  for (size_t i = 0; i < batch.num_segments; ++i) {
+    const RowSegment& r = batch.segments[i];
+    const TensorView rows = kv.rows(r.row0, r.n);
+    // A latent cache has no V: the rows are passed for both and V is ignored.
+    if (batch.paged != nullptr) {
+      batch.paged->write(layer, r.block_table, r.start_pos, rows, rows);
+    } else {
+      batch.cache->write(layer, r.start_pos, rows, rows);
+    }
+  }
+}
+
+void MlaAttention::attend_absorbed(int layer, const AttentionBatch& batch, const RowSegment* segs, size_t n) {
+  int64_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, segs[i].row0 + segs[i].n);
+  const MlaWeights& w = weights_.layers[static_cast<size_t>(layer)].mla;
+  const int64_t lr = lora_ + rope_dim_;
+  const int64_t gstride = max_tokens_ * std::max(lora_, nope_);
+  const int64_t sstride = max_tokens_ * std::max(lora_, v_dim_);
+  const float* q = q_.view().data_as<const float>();
+  float* q_abs = q_abs_.view().data_as<float>();
+  float* o_lat = o_lat_.view().data_as<float>();
+  float* attn = attn_.view().data_as<float>();
+  float* g = gather_.view().data_as<float>();
+  float* sc = scatter_.view().data_as<float>();
+  // 1. q_abs = [q_nope W_UK | q_rope] per head, over rows [0, m).
+  std::vector<Weight2D> wuk(static_cast<size_t>(heads_));
+  std::vector<LinearJob> jobs(static_cast<size_t>(heads_));
+  for (int h = 0; h < heads_; ++h) {
+    float* gh = g + h * gstride;
+    for (int64_t t = 0; t < m; ++t) std::memcpy(gh + t * nope_, q + (t * heads_ + h) * qk_, sizeof(float) * nope_);
+    wuk[static_cast<size_t>(h)] = Weight2D{wuk_t_[static_cast<size_t>(layer)].view().data_as<float>() +
+                                               static_cast<int64_t>(h) * lora_ * nope_,
+                                           DType::kF32, lora_, nope_};
+    jobs[static_cast<size_t>(h)] = LinearJob{gh, m, &wuk[static_cast<size_t>(h)], sc + h * sstride};
+  }
+  linear_many(jobs.data(), jobs.size(), kernel_);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int h = 0; h < heads_; ++h) {
+      float* dst = q_abs + (t * heads_ + h) * lr;
+      std::memcpy(dst, sc + h * sstride + t * lora_, sizeof(float) * lora_);
+      std::memcpy(dst + lora_, q + (t * heads_ + h) * qk_ + nope_, sizeof(float) * rope_dim_);
+    }
+  }
+  // 2. Attend in the latent space.
+  std::fill(o_lat, o_lat + m * heads_ * lora_, 0.0f);  // rows of naive segments stay 0
+  seqs_.clear();
+  for (size_t i = 0; i < n; ++i) {
+    const RowSegment& r = segs[i];
+    seqs_.push_back(MlaSeq{q_abs + r.row0 * heads_ * lr, o_lat + r.row0 * heads_ * lora_, r.n, r.start_pos,
+                           r.block_table});
+  }
+  mla_latent_attention(seqs_.data(), seqs_.size(), latent_rows(layer, batch),
+                       MlaAttentionShape{heads_, static_cast<int>(lr), lora_, scale_});
+  // 3. attn = o_lat W_UV^T per head.
+  std::vector<Weight2D> wuv(static_cast<size_t>(heads_));
+  for (int h = 0; h < heads_; ++h) {
+    float* gh = g + h * gstride;
+    for (int64_t t = 0; t < m; ++t) std::memcpy(gh + t * lora_, o_lat + (t * heads_ + h) * lora_, sizeof(float) * lora_);
+    wuv[static_cast<size_t>(h)] = row_block(w.kv_b_proj, static_cast<int64_t>(h) * (nope_ + v_dim_) + nope_, v_dim_);
+    jobs[static_cast<size_t>(h)] = LinearJob{gh, m, &wuv[static_cast<size_t>(h)], sc + h * sstride};
+  }
+  linear_many(jobs.data(), jobs.size(), kernel_);
+  for (size_t i = 0; i < n; ++i) {
+    const RowSegment& r = segs[i];
+    for (int64_t t = r.row0; t < r.row0 + r.n; ++t) {
+      for (int h = 0; h < heads_; ++h) {
+        std::memcpy(attn + (t * heads_ + h) * v_dim_, sc + h * sstride + t * v_dim_, sizeof(float) * v_dim_);
+      }
+    }
+  }
+}
+
+void MlaAttention::attend_naive(int layer, const AttentionBatch& batch, const RowSegment& seg) {
+  const MlaWeights& w = weights_.layers[static_cast<size_t>(layer)].mla;
+  const int64_t ctx = seg.start_pos + seg.n;
+  const int64_t kvb = nope_ + v_dim_;
+  const LatentRows lat = latent_rows(layer, batch);
+  ctx_lat_.resize(static_cast<size_t>(ctx * lora_));
+  ctx_kv_.resize(static_cast<size_t>(ctx * heads_ * kvb));
+  ctx_k_.resize(static_cast<size_t>(ctx * heads_ * qk_));
+  ctx_v_.resize(static_cast<size_t>(ctx * heads_ * v_dim_));
+  auto row_at = [&](int64_t p) {
+    if (lat.block_size == 0) return lat.base + p * lat.row;
+    return lat.base + (static_cast<int64_t>(seg.block_table[p / lat.block_size]) * lat.block_size +
+                       p % lat.block_size) * lat.row;
+  };
+  for (int64_t p = 0; p < ctx; ++p) std::memcpy(ctx_lat_.data() + p * lora_, row_at(p), sizeof(float) * lora_);
+  // [k_nope | v] of every head at every position: c W_UKV^T.
+  linear(TensorView::f32(ctx_lat_.data(), {ctx, lora_}), w.kv_b_proj,
+         TensorView::f32(ctx_kv_.data(), {ctx, static_cast<int64_t>(heads_) * kvb}), kernel_);
+  for (int64_t p = 0; p < ctx; ++p) {
+    const float* k_rope = row_at(p) + lora_;
+    for (int h = 0; h < heads_; ++h) {
+      const float* src = ctx_kv_.data() + (p * heads_ + h) * kvb;
+      float* k = ctx_k_.data() + (p * heads_ + h) * qk_;
+      std::memcpy(k, src, sizeof(float) * nope_);
+      std::memcpy(k + nope_, k_rope, sizeof(float) * rope_dim_);
+      std::memcpy(ctx_v_.data() + (p * heads_ + h) * v_dim_, src + nope_, sizeof(float) * v_dim_);
+    }
+  }
+  const MlaSeq s{q_.view().data_as<const float>() + seg.row0 * heads_ * qk_,
+                 attn_.view().data_as<float>() + seg.row0 * heads_ * v_dim_, seg.n, seg.start_pos, nullptr};
+  mla_expanded_attention(s, ctx_k_.data(), ctx_v_.data(), MlaAttentionShape{heads_, qk_, v_dim_, scale_});
+}
+
+void MlaAttention::forward(int layer, const TensorView& x, const AttentionBatch& batch, const TensorView& out) {
+  const LayerWeights& L = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t m = x.dim(0);
+  MOE_CHECK(m <= max_tokens_);
+  MOE_CHECK((batch.cache != nullptr) != (batch.paged != nullptr));
+  MOE_CHECK(batch.paged == nullptr || batch.num_segments <= seqs_.capacity());
+  project_queries(L, x.data_as<const float>(), m);
+  float* q = q_.view().data_as<float>();
+  float* kv = kv_.view().data_as<float>();
+  const int64_t lr = lora_ + rope_dim_;
+  for (size_t i = 0; i < batch.num_segments; ++i) {
+    const RowSegment& r = batch.segments[i];
+    rotate_parts(rope_, q + r.row0 * heads_ * qk_ + nope_, r.n, static_cast<int64_t>(heads_) * qk_, heads_, qk_,
+                 rope_dim_, r.start_pos, config_.rope_interleave, &rope_tmp_);
+    rotate_parts(rope_, kv + r.row0 * lr + lora_, r.n, lr, 1, 0, rope_dim_, r.start_pos, config_.rope_interleave,
+                 &rope_tmp_);
+  }
+  write_cache(layer, batch);
+  // Which segments attend which way.
+  std::vector<RowSegment> absorbed;
+  for (size_t i = 0; i < batch.num_segments; ++i) {
+    const RowSegment& r = batch.segments[i];
+    const bool naive = path_ == MlaPath::kNaive ||
+                       (path_ == MlaPath::kAuto && !kernel_.batch_invariant && r.n > kMlaNaiveMinRows);
+    if (naive) {
+      attend_naive(layer, batch, r);
+    } else {
+      absorbed.push_back(r);
+    }
+  }
+  if (!absorbed.empty()) attend_absorbed(layer, batch, absorbed.data(), absorbed.size());
+  linear(attn_.view().rows(0, m), L.o_proj, out, kernel_);
+}
+
+}  // namespace moe
