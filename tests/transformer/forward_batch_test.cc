@@ -46,7 +46,8 @@ double batched_vs_alone(const std::string& dir, bool batch_invariant) {
   {
     Decoder dec(c, model->weights, options);
     for (size_t s = 0; s < toks.size(); ++s) {
-      KVCache cache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 64);
+      const KvCacheShape shape = kv_cache_shape(c);
+      KVCache cache(c.num_hidden_layers, shape.heads, shape.k_dim, 64, shape.v_dim);
       std::vector<float> l1(V), l2(V);
       EXPECT_TRUE(dec.forward(toks[s].data(), lengths[s], 0, &cache, l1.data()).ok());
       EXPECT_TRUE(dec.forward(toks[s].data() + lengths[s], 1, lengths[s], &cache, l2.data()).ok());
@@ -59,7 +60,7 @@ double batched_vs_alone(const std::string& dir, bool batch_invariant) {
   Decoder dec(c, model->weights, options);
   dec.reserve(64, 3);
   const int bs = 4;
-  PagedKVCache kv(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, bs, 64);
+  PagedKVCache kv(c.num_hidden_layers, kv_cache_shape(c), bs, 64);
   std::vector<std::vector<int32_t>> tables = {{9, 3, 0}, {1, 2, 4, 5, 6, 7}, {8, 10, 11, 12, 13, 14, 15, 16, 17}};
   std::vector<std::vector<float>> bp(3, std::vector<float>(V)), bd(3, std::vector<float>(V));
   using Seg = Decoder::BatchSegment;
@@ -98,7 +99,8 @@ TEST_P(ForwardBatch, DefaultKernelsDifferInTheLastBitsOnly) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ForwardBatch,
                          ::testing::Values("models/tiny-mixtral-shakespeare", "tests/data/models/random-qwen2-moe",
-                                           "tests/data/models/random-qwen3-moe"),
+                                           "tests/data/models/random-qwen3-moe",
+                                           "models/tiny-deepseek-v3-shakespeare"),
                          [](const auto& info) { return std::to_string(info.index); });
 
 
@@ -109,7 +111,7 @@ TEST(ForwardBatchLimits, MoreTokensOrSegmentsThanReservedIsInvalidArgument) {
   const ModelConfig& c = model->config;
   Decoder dec(c, model->weights);
   dec.reserve(8, 2);
-  PagedKVCache kv(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 4, 16);
+  PagedKVCache kv(c.num_hidden_layers, kv_cache_shape(c), 4, 16);
   const std::vector<int> toks(Decoder::kMaxChunk + 1, 5);
   const std::vector<int32_t> table = {0, 1, 2, 3};
   using Seg = Decoder::BatchSegment;

@@ -154,8 +154,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   auto st = std::make_unique<State>();
   st->core = &core;
   st->options = o;
-  st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, kv.heads, kv.k_dim, o.kv_block_size, num_blocks,
-                                          kv.v_dim);
+  st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, kv, o.kv_block_size, num_blocks);
   st->allocator = std::make_unique<BlockAllocator>(num_blocks);
   core.decoder->reserve(o.max_num_batched_tokens, o.max_num_seqs);  // forward_batch's workspaces
   st->snap.kv_blocks_total = num_blocks;

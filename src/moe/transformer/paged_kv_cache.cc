@@ -6,16 +6,15 @@
 
 namespace moe {
 
-PagedKVCache::PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int block_size, int64_t num_blocks,
-                           int v_head_dim)
-    : num_kv_heads_(num_kv_heads),
-      head_dim_(head_dim),
-      v_head_dim_(v_head_dim < 0 ? head_dim : v_head_dim),
+PagedKVCache::PagedKVCache(int num_layers, const KvCacheShape& shape, int block_size, int64_t num_blocks)
+    : num_kv_heads_(shape.heads),
+      head_dim_(shape.k_dim),
+      v_head_dim_(shape.v_dim),
       block_size_(block_size),
       num_blocks_(num_blocks),
-      layer_stride_(static_cast<size_t>(num_blocks) * static_cast<size_t>(num_kv_heads) *
-                    static_cast<size_t>(block_size) * static_cast<size_t>(head_dim)),
-      v_layer_stride_(static_cast<size_t>(num_blocks) * static_cast<size_t>(num_kv_heads) *
+      layer_stride_(static_cast<size_t>(num_blocks) * static_cast<size_t>(num_kv_heads_) *
+                    static_cast<size_t>(block_size) * static_cast<size_t>(head_dim_)),
+      v_layer_stride_(static_cast<size_t>(num_blocks) * static_cast<size_t>(num_kv_heads_) *
                       static_cast<size_t>(block_size) * static_cast<size_t>(v_head_dim_)),
       k_(layer_stride_ * static_cast<size_t>(num_layers)),
       v_(v_layer_stride_ * static_cast<size_t>(num_layers)) {}

@@ -15,13 +15,14 @@
 
 #include "moe/ops/attention.h"
 #include "moe/tensor/tensor.h"
+#include "moe/transformer/kv_cache.h"
 
 namespace moe {
 
 class PagedKVCache {
  public:
-  // v_head_dim: width of the V rows; -1 = head_dim, 0 = no V (MLA's latent cache).
-  PagedKVCache(int num_layers, int num_kv_heads, int head_dim, int block_size, int64_t num_blocks, int v_head_dim = -1);
+  // shape: rows per position (kv_cache_shape(config); v_dim 0 = no V: MLA's latent cache).
+  PagedKVCache(int num_layers, const KvCacheShape& shape, int block_size, int64_t num_blocks);
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
