@@ -183,11 +183,13 @@ struct Streamed {
   bool done = false;  // saw data: [DONE]
 };
 
+// `model`: the served model name (the model directory's name by default).
 inline Streamed stream_completion(const std::string& host, int port, const std::string& prompt, int max_tokens,
-                                  bool ignore_eos = false, std::atomic<bool>* first_chunk = nullptr) {
+                                  bool ignore_eos = false, std::atomic<bool>* first_chunk = nullptr,
+                                  const std::string& model = "tiny-mixtral-shakespeare") {
   httplib::Client cli(host, port);
   cli.set_read_timeout(300, 0);
-  nlohmann::json body = {{"model", "tiny-mixtral-shakespeare"}, {"prompt", prompt}, {"max_tokens", max_tokens},
+  nlohmann::json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens},
                          {"temperature", 0}, {"stream", true}};
   if (ignore_eos) body["ignore_eos"] = true;
   Streamed out;
