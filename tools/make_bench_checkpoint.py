@@ -20,7 +20,7 @@ hidden 1024, 10 layers (layer 0 a dense SwiGLU MLP of intermediate 2816: first_k
 v_head_dim 64, 32 routed experts of moe_intermediate_size 512, top-4, n_group 4, topk_group 2
 (sigmoid / noaux_tc router, F32 e_score_correction_bias N(0, 0.01^2)), 1 shared expert,
 routed_scaling_factor 2.5, vocab 2048, rope_theta 10000 (interleaved), rope_scaling null,
-max_position_embeddings 4096, rms_norm_eps 1e-6.  About 510M parameters, about 68M active.
+max_position_embeddings 4096, rms_norm_eps 1e-6.  508.8M parameters, 110.4M active per token.
 """
 import argparse
 import json
