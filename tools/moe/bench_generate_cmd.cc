@@ -1,14 +1,20 @@
 // moe bench generate: prefill and decode tokens/s at 1 and 2 threads (min/median over
-// repeats), and decode against the memory-bandwidth bound.
+// repeats), and decode against the memory-bandwidth bound. For multi-head latent
+// attention models, --mla-attention takes a list of paths: one engine per path, the
+// paths interleaved within each repeat (A, B, A, B, ...), a row per path and the
+// per-repeat ratios of each path to the first.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "commands.h"
 #include "moe/core/membw.h"
 #include "moe/engine.h"
+#include "moe/model/config.h"
 
 namespace moe::cli {
 namespace {
@@ -19,6 +25,7 @@ struct BenchFlags {
   int gen_tokens = 64;
   int repeats = 5;
   std::vector<int> threads = {1, 2};
+  std::vector<std::string> mla_paths = {"auto"};
   size_t bw_buffer_mb = 1024;
   bool batch_invariant = false;
 };
@@ -32,6 +39,33 @@ Stats stats_of(std::vector<double> v) {
   return {v.front(), v[v.size() / 2], v.back()};
 }
 
+// Tokens/s of each timed repeat for one (threads, path).
+struct Series {
+  std::vector<double> prefill, decode;
+};
+
+std::string check_mla_paths(const std::vector<std::string>& paths) {
+  if (paths.empty()) return "--mla-attention needs at least one of auto, naive, absorbed";
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string& p = paths[i];
+    if (p != "auto" && p != "naive" && p != "absorbed") {
+      return "--mla-attention '" + p + "' is not one of auto, naive, absorbed";
+    }
+    if (std::find(paths.begin(), paths.begin() + static_cast<std::ptrdiff_t>(i), p) != paths.begin() + i) {
+      return "--mla-attention lists '" + p + "' twice";
+    }
+  }
+  return "";
+}
+
+// The median of the per-repeat ratios b[r] / a[r] (the two were measured back to back,
+// so a slow phase of the shared machine hits both).
+double paired_ratio(const std::vector<double>& b, const std::vector<double>& a) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) r.push_back(b[i] / a[i]);
+  return stats_of(r).median;
+}
+
 int run_bench(const BenchFlags& f) {
   if (f.prompt_tokens < 1) return fail("--prompt-tokens must be >= 1");
   if (f.gen_tokens < 2) return fail("--gen-tokens must be >= 2");
@@ -39,21 +73,40 @@ int run_bench(const BenchFlags& f) {
   for (int t : f.threads) {
     if (t < 1) return fail("--threads values must be >= 1");
   }
+  if (std::string e = check_mla_paths(f.mla_paths); !e.empty()) return fail(e);
+  const std::string model_dir = f.model.empty() ? default_model_dir() : f.model;
   std::fprintf(stderr, "loading model...\n");
-  EngineOptions eo{.model_dir = f.model.empty() ? default_model_dir() : f.model};
-  eo.batch_invariant = f.batch_invariant;
-  auto engine_or = Engine::open(eo);
-  if (!engine_or.ok()) return fail(engine_or.status().message());
-  Engine& engine = *engine_or.value();
-  const ModelInfo& info = engine.info();
+  auto config = load_model_config(model_dir);
+  if (!config.ok()) return fail(config.status().message());
+  const bool mla = config.value().mla.enabled();
+  if (!mla && f.mla_paths != std::vector<std::string>{"auto"}) {
+    return fail("--mla-attention applies to multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2); " +
+                model_dir + " has model_type '" + config.value().model_type + "'");
+  }
+  std::vector<std::unique_ptr<Engine>> engines;  // one per path (the path is fixed at open)
+  for (const std::string& path : f.mla_paths) {
+    EngineOptions eo{.model_dir = model_dir};
+    eo.batch_invariant = f.batch_invariant;
+    eo.mla_attention = path;
+    auto engine_or = Engine::open(eo);
+    if (!engine_or.ok()) return fail(engine_or.status().message());
+    engines.push_back(std::move(engine_or).value());
+  }
+  const ModelInfo& info = engines.front()->info();
   if (static_cast<int64_t>(f.prompt_tokens) + f.gen_tokens > info.max_context) {  // no int overflow
     return fail("--prompt-tokens + --gen-tokens exceeds the model's context of " + std::to_string(info.max_context));
   }
   std::printf("model: %s (%s), %.1fM parameters, %.1fM active per token, weights %.1f MB\n", info.model_dir.c_str(),
               info.model_type.c_str(), info.num_parameters / 1e6, info.num_active_parameters / 1e6,
               info.weight_bytes / 1e6);
-  std::printf("prompt %d tokens, %d generated tokens, %d repeats (+1 warm-up)\n\n", f.prompt_tokens, f.gen_tokens,
+  std::printf("prompt %d tokens, %d generated tokens, %d repeats (+1 warm-up)\n", f.prompt_tokens, f.gen_tokens,
               f.repeats);
+  if (mla) {
+    std::string list;
+    for (const std::string& p : f.mla_paths) list += (list.empty() ? "" : ", ") + p;
+    std::printf("multi-head latent attention: %s (interleaved within each repeat)\n", list.c_str());
+  }
+  std::printf("\n");
 
   // A fixed pseudo-random prompt of ordinary tokens (no BOS/EOS inside).
   std::mt19937 rng(1234);
@@ -65,34 +118,87 @@ int run_bench(const BenchFlags& f) {
   req.sampling.temperature = 0;
   req.ignore_eos = true;
 
-  std::printf("%-8s %14s %14s %14s %14s\n", "threads", "prefill min", "prefill med", "decode min", "decode med");
-  std::printf("%-8s %14s %14s %14s %14s\n", "", "tok/s", "tok/s", "tok/s", "tok/s");
-  std::vector<std::pair<int, double>> decode_median;
+  const size_t np = f.mla_paths.size();
+  if (mla) {
+    std::printf("%-8s %-9s %14s %14s %14s %14s\n", "threads", "mla path", "prefill min", "prefill med", "decode min",
+                "decode med");
+    std::printf("%-8s %-9s %14s %14s %14s %14s\n", "", "", "tok/s", "tok/s", "tok/s", "tok/s");
+  } else {
+    std::printf("%-8s %14s %14s %14s %14s\n", "threads", "prefill min", "prefill med", "decode min", "decode med");
+    std::printf("%-8s %14s %14s %14s %14s\n", "", "tok/s", "tok/s", "tok/s", "tok/s");
+  }
+  struct DecodeRow {
+    int threads;
+    std::string path;
+    double median;
+  };
+  std::vector<DecodeRow> decode_median;
+  std::vector<std::vector<Series>> all;  // [thread index][path]
   for (int t : f.threads) {
     Engine::set_num_threads(t);
-    std::vector<double> prefill, decode;
+    std::vector<Series> series(np);
     for (int r = 0; r <= f.repeats; ++r) {
-      std::fprintf(stderr, "\rthreads %d: run %d/%d", t, r, f.repeats);
-      auto res = engine.generate(req);
-      if (!res.ok()) return fail(res.status().message());
-      if (r == 0) continue;  // warm-up
-      prefill.push_back(f.prompt_tokens / res.value().prefill_seconds);
-      decode.push_back((res.value().output_token_ids.size() - 1) / res.value().decode_seconds);
+      for (size_t p = 0; p < np; ++p) {
+        std::fprintf(stderr, "\rthreads %d: run %d/%d", t, r, f.repeats);
+        auto res = engines[p]->generate(req);
+        if (!res.ok()) return fail(res.status().message());
+        if (r == 0) continue;  // warm-up
+        series[p].prefill.push_back(f.prompt_tokens / res.value().prefill_seconds);
+        series[p].decode.push_back((res.value().output_token_ids.size() - 1) / res.value().decode_seconds);
+      }
     }
     std::fprintf(stderr, "\r                          \r");
-    Stats p = stats_of(prefill), d = stats_of(decode);
-    std::printf("%-8d %14.1f %14.1f %14.1f %14.1f\n", t, p.min, p.median, d.min, d.median);
-    decode_median.push_back({t, d.median});
+    for (size_t p = 0; p < np; ++p) {
+      Stats ps = stats_of(series[p].prefill), d = stats_of(series[p].decode);
+      if (mla) {
+        std::printf("%-8d %-9s %14.1f %14.1f %14.1f %14.1f\n", t, f.mla_paths[p].c_str(), ps.min, ps.median, d.min,
+                    d.median);
+      } else {
+        std::printf("%-8d %14.1f %14.1f %14.1f %14.1f\n", t, ps.min, ps.median, d.min, d.median);
+      }
+      decode_median.push_back({t, f.mla_paths[p], d.median});
+    }
+    all.push_back(std::move(series));
+  }
+
+  if (np > 1) {
+    std::printf("\nratios to %s (median of the per-repeat ratios; > 1 = faster than %s)\n", f.mla_paths[0].c_str(),
+                f.mla_paths[0].c_str());
+    std::printf("%-8s %-20s %14s %14s\n", "threads", "paths", "prefill", "decode");
+    for (size_t ti = 0; ti < f.threads.size(); ++ti) {
+      for (size_t p = 1; p < np; ++p) {
+        const std::string label = f.mla_paths[p] + "/" + f.mla_paths[0];
+        std::printf("%-8d %-20s %14.3f %14.3f\n", f.threads[ti], label.c_str(),
+                    paired_ratio(all[ti][p].prefill, all[ti][0].prefill),
+                    paired_ratio(all[ti][p].decode, all[ti][0].decode));
+      }
+    }
   }
 
   std::fprintf(stderr, "measuring memory read bandwidth...\n");
   std::printf("\ndecode bandwidth bound: %.1f MB of weights read per decode token\n",
               info.decode_bytes_per_token / 1e6);
-  std::printf("%-8s %14s %16s %14s %10s\n", "threads", "read GB/s", "bound tok/s", "decode tok/s", "ratio");
-  for (auto [t, d] : decode_median) {
-    const double bw = measure_read_bandwidth(f.bw_buffer_mb << 20, t, 5);
+  if (mla) {
+    std::printf("%-8s %-9s %14s %16s %14s %10s\n", "threads", "mla path", "read GB/s", "bound tok/s", "decode tok/s",
+                "ratio");
+  } else {
+    std::printf("%-8s %14s %16s %14s %10s\n", "threads", "read GB/s", "bound tok/s", "decode tok/s", "ratio");
+  }
+  int probed_threads = -1;
+  double bw = 0;
+  for (const DecodeRow& row : decode_median) {
+    if (row.threads != probed_threads) {  // one probe per thread count
+      bw = measure_read_bandwidth(f.bw_buffer_mb << 20, row.threads, 5);
+      probed_threads = row.threads;
+    }
     const double bound = bw / static_cast<double>(info.decode_bytes_per_token);
-    std::printf("%-8d %14.1f %16.1f %14.1f %9.0f%%\n", t, bw / 1e9, bound, d, 100.0 * d / bound);
+    if (mla) {
+      std::printf("%-8d %-9s %14.1f %16.1f %14.1f %9.0f%%\n", row.threads, row.path.c_str(), bw / 1e9, bound,
+                  row.median, 100.0 * row.median / bound);
+    } else {
+      std::printf("%-8d %14.1f %16.1f %14.1f %9.0f%%\n", row.threads, bw / 1e9, bound, row.median,
+                  100.0 * row.median / bound);
+    }
   }
   return 0;
 }
@@ -106,6 +212,11 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_option("--gen-tokens", f->gen_tokens, "Tokens to generate for decode")->capture_default_str();
   app.add_option("--repeats", f->repeats, "Timed repeats (after one warm-up)")->capture_default_str();
   app.add_option("--threads", f->threads, "Thread counts to measure")->delimiter(',')->capture_default_str();
+  app.add_option("--mla-attention", f->mla_paths,
+                 "Multi-head latent attention models: the paths to measure, from auto, naive, absorbed (e.g. "
+                 "naive,absorbed: interleaved per repeat, with their ratios); other models: auto only")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_flag("--batch-invariant", f->batch_invariant,
                "Batch-invariant kernels (as `moe serve` uses): GEMV for prefill instead of sgemm");
   app.add_option("--bw-buffer-mb", f->bw_buffer_mb, "Buffer for the bandwidth probe (MiB)")->capture_default_str();
