@@ -76,8 +76,9 @@ struct EngineOptions {
   // Multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2): how attention runs.
   // "naive" expands per-head keys and values from the latent cache; "absorbed" folds
   // the up-projections into the query and output and attends in the latent space;
-  // "auto" (default) takes naive for prefill chunks and absorbed for decode, and
-  // absorbed throughout under batch_invariant (docs/performance.md has the figures).
+  // "auto" (default) takes per sequence and step the one with fewer multiply-adds (naive
+  // for a fresh prompt, absorbed for decode), and absorbed throughout under
+  // batch_invariant (docs/performance.md has the figures).
   // Anything else: InvalidArgument from Engine::open. Ignored by GQA models.
   std::string mla_attention = "auto";
 };

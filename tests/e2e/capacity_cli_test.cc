@@ -1,6 +1,6 @@
 // moe generate with capacity, overflow policy and --stats-out: bad flags get a clear
 // error naming the flag; the statistics file accounts for every routed assignment;
-// Qwen-MoE and DeepSeek-V3 checkpoints are loaded or rejected clearly.
+// Qwen-MoE and DeepSeek-V3 checkpoints run with them.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -107,13 +107,25 @@ TEST(CapacityCliTest, QwenModelsGenerate) {
   }
 }
 
-TEST(CapacityCliTest, DeepseekV3IsRejectedClearly) {
-  // A DeepSeek-V3 directory: its config parses (router validated) but MLA attention is
-  // not implemented, which the error says.
-  testing::ScopedTempDir dir("deepseek_cli");
-  testing::write_file(dir.file("config.json"), testing::read_file(testing::source_dir() + "/tests/data/configs/tiny-deepseek-v3.json"));
-  auto r = generate("--model " + dir.path() + " --prompt hi --max-tokens 2");
-  expect_error_exit(r, {"deepseek_v3"});
+// DeepSeek-V3 (tiny-deepseek-v3: dense layer 0, MoE layers 1-3, top-4 of 16) with a
+// binding capacity: the statistics cover the three MoE layers only, and run + dropped is
+// every assignment.
+TEST(CapacityCliTest, DeepseekV3StatsCoverItsMoeLayers) {
+  std::vector<int> prompt;
+  const int max_tokens = 5;
+  const std::string model = "--model " + testing::source_dir() + "/models/tiny-deepseek-v3-shakespeare ";
+  const auto stats = run_stats(model + "--capacity-factor 0.5", max_tokens, &prompt);
+  const int64_t assignments = (static_cast<int64_t>(prompt.size()) + max_tokens - 1) * 4;
+  ASSERT_EQ(stats["layers"].size(), 3u);
+  int64_t total_dropped = 0;
+  for (const auto& layer : stats["layers"]) {
+    EXPECT_EQ(layer["tokens_per_expert"].size(), 16u);
+    int64_t sum = 0;
+    for (const auto& v : layer["tokens_per_expert"]) sum += v.get<int64_t>();
+    EXPECT_EQ(sum + layer["dropped"].get<int64_t>(), assignments);
+    total_dropped += layer["dropped"].get<int64_t>();
+  }
+  EXPECT_GT(total_dropped, 0);
 }
 
 }  // namespace

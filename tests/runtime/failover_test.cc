@@ -41,7 +41,7 @@ struct Rank {
   }
   FailoverInputs inputs(Communicator* comm, const ModelConfig* config, bool fail_loads) {
     FailoverInputs in{.comm = comm, .config = config, .ep = &ep, .layers = &layers, .expert_store = &store,
-                      .slots_per_rank = 2};
+                      .slots_per_rank = 2, .wait_seconds = 0, .load_expert = {}};
     in.load_expert = [this, fail_loads](int l, int e, std::vector<LayerWeights>* stage, ExpertStore* s) -> Status {
       if (fail_loads) return data_loss("shard of layer " + std::to_string(l) + ", expert " + std::to_string(e) + " is corrupt");
       std::lock_guard<std::mutex> lock(mu);

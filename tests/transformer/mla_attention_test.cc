@@ -198,5 +198,22 @@ TEST(MlaAttention, BlockMatchesTheTorchReferenceWithAndWithoutYarn) {
   }
 }
 
+// The auto rule's cost comparison, by hand for DeepSeek-V3's shape (128 heads, kv_lora
+// 512, rope 64, nope 128, v 128): E = 128 * 256 * 512 = 16777216, Dn = 128 * 320 = 40960,
+// Da = 128 * 1088 = 139264, Da - Dn = 98304; a chunk of n rows after S cached positions
+// goes naive iff S * E < (n * S + n (n + 1) / 2) * 98304, i.e. n >~ 170.7 for large S.
+TEST(MlaAttention, AutoRuleComparesMultiplyAdds) {
+  auto model = load_tiny_deepseek();
+  ModelConfig c = model->config;
+  c.num_attention_heads = 128;
+  c.mla = MlaConfig{.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
+                    .v_head_dim = 128};
+  EXPECT_TRUE(mla_prefers_naive(c, 0, 1));      // a fresh prompt: nothing to expand but itself
+  EXPECT_TRUE(mla_prefers_naive(c, 0, 512));
+  EXPECT_FALSE(mla_prefers_naive(c, 100, 1));   // decode
+  EXPECT_FALSE(mla_prefers_naive(c, 4000, 160));  // 4000 * E = 6.71e10 > 6.42e10 = (640000 + 12880) * 98304
+  EXPECT_TRUE(mla_prefers_naive(c, 4000, 175));   // (700000 + 15400) * 98304 = 7.03e10 > 6.71e10
+}
+
 }  // namespace
 }  // namespace moe

@@ -26,6 +26,17 @@ Weight2D row_block(const Weight2D& w, int64_t row0, int64_t rows) {
 
 }  // namespace
 
+bool mla_prefers_naive(const ModelConfig& c, int64_t start_pos, int64_t n) {
+  const MlaConfig& m = c.mla;
+  const double heads = c.num_attention_heads;
+  const double e = heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank;
+  const double dn = heads * (m.qk_head_dim() + m.v_head_dim);
+  const double da = heads * (2.0 * m.kv_lora_rank + m.qk_rope_head_dim);
+  const double s = static_cast<double>(start_pos), k = static_cast<double>(n);
+  const double pairs = k * s + k * (k + 1) / 2;
+  return s * e < pairs * (da - dn);
+}
+
 float MlaAttention::softmax_scale(const ModelConfig& c) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.mla.qk_head_dim()));
   return static_cast<float>(scale * yarn_softmax_scale_multiplier(rope_params(c, c.mla.qk_rope_head_dim)));
@@ -242,8 +253,8 @@ void MlaAttention::forward(int layer, const TensorView& x, const AttentionBatch&
   std::vector<RowSegment> absorbed;
   for (size_t i = 0; i < batch.num_segments; ++i) {
     const RowSegment& r = batch.segments[i];
-    const bool naive = path_ == MlaPath::kNaive ||
-                       (path_ == MlaPath::kAuto && !kernel_.batch_invariant && r.n > kMlaNaiveMinRows);
+    const bool naive = path_ == MlaPath::kNaive || (path_ == MlaPath::kAuto && !kernel_.batch_invariant &&
+                                                    mla_prefers_naive(config_, r.start_pos, r.n));
     if (naive) {
       attend_naive(layer, batch, r);
     } else {

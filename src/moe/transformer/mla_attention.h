@@ -31,12 +31,20 @@
 
 namespace moe {
 
-// Which form attends. kAuto: naive for a sequence's prefill rows (a segment of more
-// than kMlaNaiveMinRows tokens), absorbed for decode -- except under batch-invariant
+// Which form attends. kAuto: per segment, whichever does fewer multiply-adds
+// (mla_prefers_naive; docs/performance.md): naive for a fresh prompt, absorbed for decode
+// and for short chunks appended to a long context -- except under batch-invariant
 // kernels, where every segment takes the absorbed path so that a token's result does
 // not depend on how its prompt was chunked.
 enum class MlaPath { kAuto, kNaive, kAbsorbed };
-constexpr int64_t kMlaNaiveMinRows = 16;
+
+// True when n query rows at positions [start_pos, start_pos + n) cost fewer multiply-adds
+// naive than absorbed: with E = heads * (qk_nope + v_head) * kv_lora_rank (expanding one
+// cached position = absorbing one query), Dn = heads * (qk_head + v_head) and
+// Da = heads * (2 * kv_lora_rank + qk_rope) (per (query, key) pair) and
+// P = n * start_pos + n (n + 1) / 2 pairs, naive costs (start_pos + n) E + P Dn and
+// absorbed n E + P Da, so naive wins iff start_pos * E < P * (Da - Dn).
+bool mla_prefers_naive(const ModelConfig& config, int64_t start_pos, int64_t n);
 
 class MlaAttention final : public AttentionBlock {
  public:
