@@ -9,6 +9,12 @@
   tests/data/golden/random-qwen2-moe/, tests/data/golden/random-qwen3-moe/
       tests/data/models/random-qwen{2,3}-moe (made by make_qwen_test_checkpoints.py if
       missing), computed with qwen_moe_ref.py.
+  tests/data/golden/tiny-deepseek-v3/ (models/tiny-deepseek-v3-shakespeare: the tiny
+      prompts plus a 600-character held-out prompt) and
+  tests/data/golden/random-deepseek-{v2-lite,v2-grouped,v3-fp8}/, random-kimi-k2/
+      (tests/data/models/..., made by make_deepseek_test_checkpoints.py if missing; the
+      Qwen token-id prompts), computed with deepseek_ref.py (--only ds-tiny, ds-v2-lite,
+      ds-v2-grouped, ds-kimi-k2, ds-v3-fp8; "deepseek" = all five).
 
 Per case json:
   prompt             text (null when the case is given as token ids)
@@ -47,6 +53,8 @@ import mixtral_ref  # noqa: E402
 import make_test_checkpoint  # noqa: E402
 import make_qwen_test_checkpoints  # noqa: E402
 import qwen_moe_ref  # noqa: E402
+import deepseek_ref  # noqa: E402
+import make_deepseek_test_checkpoints  # noqa: E402
 
 REPO = make_test_checkpoint.REPO
 GOLDEN = os.path.join(REPO, "tests", "data", "golden")
@@ -69,6 +77,15 @@ TINY_PROMPTS = [
                     "ROMEO:\n[Aside] Shall I hear more, or shall I speak at this?\n\n"
                     "JULIET:\n"),
 ]
+
+
+TINY_DEEPSEEK_DIR = os.path.join(REPO, "models", "tiny-deepseek-v3-shakespeare")
+
+
+def tiny_deepseek_prompts():
+    """The tiny prompts plus the first 600 characters of the held-out text (> 64 tokens)."""
+    text = open(SHAKESPEARE, encoding="utf-8").read()[HELDOUT_OFFSET:HELDOUT_OFFSET + 600]
+    return TINY_PROMPTS + [("heldout_600", text)]
 
 
 def random_prompts():
@@ -154,6 +171,16 @@ def dumps_flat(d):
 MIXTRAL_GENERATOR = "tools/reference/make_golden.py (float32 PyTorch reference of HF Mixtral 4.46)"
 QWEN_GENERATOR = ("tools/reference/make_golden.py (float32 PyTorch reference qwen_moe_ref.py of HF "
                   "Qwen2-MoE / Qwen3-MoE)")
+DEEPSEEK_GENERATOR = ("tools/reference/make_golden.py (float32 PyTorch reference deepseek_ref.py of "
+                      "DeepSeek-V2/V3 / Kimi-K2)")
+# --only key -> (golden dir, model dir relative to the repo, make_deepseek_test_checkpoints key)
+DEEPSEEK_SETS = {
+    "ds-tiny": ("tiny-deepseek-v3", "models/tiny-deepseek-v3-shakespeare", None),
+    "ds-v2-lite": ("random-deepseek-v2-lite", "tests/data/models/random-deepseek-v2-lite", "v2-lite"),
+    "ds-v2-grouped": ("random-deepseek-v2-grouped", "tests/data/models/random-deepseek-v2-grouped", "v2-grouped"),
+    "ds-kimi-k2": ("random-kimi-k2", "tests/data/models/random-kimi-k2", "kimi-k2"),
+    "ds-v3-fp8": ("random-deepseek-v3-fp8", "tests/data/models/random-deepseek-v3-fp8", "v3-fp8"),
+}
 
 
 def write_index(out_dir, model_rel, cases, generator=MIXTRAL_GENERATOR, extra=None):
@@ -182,7 +209,8 @@ def heldout_nll(model, sp, n_tokens=256):
 
 def main():
     ap = argparse.ArgumentParser(description="write golden data with the PyTorch reference")
-    ap.add_argument("--only", choices=["tiny", "random", "qwen2", "qwen3"], default=None)
+    ap.add_argument("--only", choices=["tiny", "random", "qwen2", "qwen3", "deepseek"] + sorted(DEEPSEEK_SETS),
+                    default=None)
     a = ap.parse_args()
 
     if a.only in (None, "tiny"):
@@ -240,6 +268,36 @@ def main():
             print("  %-14s %3d prompt tokens, margin %.3f, greedy ids: %s"
                   % (cname, len(ids), r["greedy_min_margin"], r["greedy_token_ids"]))
         write_index(out, "tests/data/models/" + name, cases, QWEN_GENERATOR,
+                    {"model_type": model.family, "moe_layers": model.moe_layers})
+
+    for key, (gname, model_rel, ckpt_key) in DEEPSEEK_SETS.items():
+        if a.only not in (None, "deepseek", key):
+            continue
+        model_dir = os.path.join(REPO, model_rel)
+        if ckpt_key and not os.path.exists(os.path.join(model_dir, "model.safetensors")):
+            subprocess.check_call([sys.executable, os.path.join(HERE, "make_deepseek_test_checkpoints.py"),
+                                   "--only", ckpt_key])
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(model_dir, "tokenizer.model"))
+        model = deepseek_ref.load_model(model_dir)
+        out = os.path.join(GOLDEN, gname)
+        os.makedirs(out, exist_ok=True)
+        cases = []
+        if ckpt_key is None:
+            nll = heldout_nll(model, sp)
+            print("tiny-deepseek-v3 held-out mean NLL (BOS + first 255 tokens): %.4f (expect ~3.5-4.3; "
+                  "broken math gives ~7.6)" % nll)
+            if not 3.0 < nll < 4.5:
+                sys.exit("NLL %.3f out of the expected range: reference math is wrong" % nll)
+            prompts = [(n, p, [BOS] + sp.encode(p)) for n, p in tiny_deepseek_prompts()]
+        else:
+            prompts = [(n, None, ids) for n, ids in qwen_prompts()]
+        for cname, prompt, ids in prompts:
+            r = run_case(model, out, cname, prompt, ids, sp)
+            cases.append((cname, r))
+            print("  %-14s %3d prompt tokens, margin %.4f, greedy: %r"
+                  % (cname, len(ids), r["greedy_min_margin"],
+                     r["greedy_text"] if prompt else r["greedy_token_ids"]))
+        write_index(out, model_rel, cases, DEEPSEEK_GENERATOR,
                     {"model_type": model.family, "moe_layers": model.moe_layers})
 
 

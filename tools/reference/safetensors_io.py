@@ -2,14 +2,18 @@
 
 File format:
   u64 little-endian N, then N bytes of JSON header
-    {name: {"dtype": "BF16"|"F16"|"F32", "shape": [...], "data_offsets": [begin, end]},
+    {name: {"dtype": "BF16"|"F16"|"F32"|"F8_E4M3", "shape": [...], "data_offsets": [begin, end]},
      "__metadata__": {...}}
   (offsets relative to the first byte after the header), then raw little-endian data.
 
 Reading returns float32 numpy arrays (BF16 is widened by putting the uint16 in the upper
-half of a uint32; F16 is converted via numpy float16).  Writing supports BF16
-(round-to-nearest-even from f32), F16 and F32; tensors are sorted by name and stored
-contiguously; the header is padded with spaces to a multiple of 8 bytes.
+half of a uint32; F16 is converted via numpy float16; F8_E4M3 (float8_e4m3fn: 1 sign,
+4 exponent bits with bias 7, 3 mantissa bits, subnormals, no infinities, 0x7f/0xff NaN,
+max 448) is decoded exactly through a 256-entry table: the raw fp8 values, NOT multiplied
+by any `_scale_inv`).  Writing supports BF16 (round-to-nearest-even from f32), F16, F32
+and F8_E4M3 (round-to-nearest-even, saturating to +-448, NaN -> 0x7f; a uint8 array is
+taken as ready-made fp8 bytes); tensors are sorted by name and stored contiguously; the
+header is padded with spaces to a multiple of 8 bytes.
 Sharded checkpoints are read via `model.safetensors.index.json`.
 """
 import json
@@ -18,7 +22,7 @@ import struct
 
 import numpy as np
 
-_DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4}
+_DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1}
 
 
 # ---------------------------------------------------------------- conversions
@@ -45,6 +49,52 @@ def round_to_bf16(x):
     return bf16_bits_to_f32(f32_to_bf16_bits(x))
 
 
+def _e4m3_table():
+    """float64 value of each of the 256 float8_e4m3fn bit patterns (NaN for 0x7f, 0xff)."""
+    out = np.empty(256, dtype=np.float64)
+    for b in range(256):
+        sign = -1.0 if b & 0x80 else 1.0
+        exp = (b >> 3) & 0xF
+        man = b & 0x7
+        if exp == 0xF and man == 0x7:
+            out[b] = np.nan
+        elif exp == 0:
+            out[b] = sign * (man / 8.0) * 2.0 ** -6  # subnormal
+        else:
+            out[b] = sign * (1.0 + man / 8.0) * 2.0 ** (exp - 7)
+    return out
+
+
+E4M3_VALUES = _e4m3_table()
+E4M3_MAX = 448.0
+_E4M3_POS = E4M3_VALUES[:127]  # codes 0x00..0x7e: 0 .. 448, strictly increasing
+
+
+def e4m3_bits_to_f32(u8):
+    """uint8 array of float8_e4m3fn bit patterns -> float32 array (exact)."""
+    return E4M3_VALUES.astype(np.float32)[np.asarray(u8, dtype=np.uint8)]
+
+
+def f32_to_e4m3_bits(x):
+    """float array -> uint8 float8_e4m3fn bit patterns: round to nearest, ties to the even
+    code (= even mantissa), |x| > 448 saturates to +-448, NaN -> 0x7f (sign kept)."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.minimum(np.abs(x), E4M3_MAX)
+    nan = np.isnan(x)
+    a = np.where(nan, 0.0, a)
+    hi = np.searchsorted(_E4M3_POS, a, side="left")  # _E4M3_POS[hi-1] < a <= _E4M3_POS[hi]
+    hi = np.minimum(hi, 126)
+    lo = np.maximum(hi - 1, 0)
+    d_lo = a - _E4M3_POS[lo]
+    d_hi = _E4M3_POS[hi] - a
+    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
+    code = np.where(pick_hi, hi, lo).astype(np.uint8)
+    code = np.where(a == 0.0, np.uint8(0), code).astype(np.uint8)
+    code = np.where(nan, np.uint8(0x7F), code).astype(np.uint8)
+    neg = np.signbit(x)
+    return np.where(neg, code | np.uint8(0x80), code).astype(np.uint8)
+
+
 # ---------------------------------------------------------------- reading
 def read_header(path):
     """Return (header_dict, data_start_offset) of one safetensors file."""
@@ -61,6 +111,8 @@ def _decode(raw, dtype, shape):
         arr = np.frombuffer(raw, dtype="<f2").astype(np.float32)
     elif dtype == "F32":
         arr = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    elif dtype == "F8_E4M3":
+        arr = e4m3_bits_to_f32(np.frombuffer(raw, dtype=np.uint8))
     else:
         raise ValueError("unsupported safetensors dtype %r" % dtype)
     return arr.reshape(shape)
@@ -126,6 +178,10 @@ def _encode(arr, dtype):
         return np.ascontiguousarray(arr, dtype="<f2").tobytes()
     if dtype == "F32":
         return np.ascontiguousarray(arr, dtype="<f4").tobytes()
+    if dtype == "F8_E4M3":
+        if arr.dtype == np.uint8:  # already fp8 bits
+            return np.ascontiguousarray(arr).tobytes()
+        return f32_to_e4m3_bits(arr).tobytes()
     raise ValueError("unsupported dtype %r" % dtype)
 
 
