@@ -10,6 +10,12 @@ namespace moe {
 
 class Communicator;  // src/moe/comm/communicator.h
 
+// How FP8 weights (a checkpoint with quantization_config, e.g. DeepSeek-V3) are used:
+// kept in FP8 in memory and dequantised inside the GEMV/GEMM kernels (native: half the
+// weight bytes of bf16 per decode token), or dequantised once at load to bf16 copies
+// (dequant). No effect on a model without FP8 weights.
+enum class Fp8Mode { kNative, kDequant };
+
 struct EngineOptions {
   std::string model_dir;  // config.json + safetensors (+ index) + tokenizer.model
   int num_threads = 0;    // OpenMP threads for kernels; 0 = all cores
@@ -80,6 +86,9 @@ struct EngineOptions {
   // absorbed throughout under batch_invariant (docs/performance.md has the figures).
   // Anything else: InvalidArgument from Engine::open. Ignored by GQA models.
   std::string mla_attention = "auto";
+  // FP8 weights: native (default: fewer bytes per decode token, and faster in
+  // `moe bench` on DeepSeek-expert-shaped matrices; docs/performance.md) or dequant.
+  Fp8Mode fp8_mode = Fp8Mode::kNative;
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

@@ -21,6 +21,7 @@ struct BenchFlags {
   std::vector<int> threads = {1, 2};
   size_t bw_buffer_mb = 1024;
   bool batch_invariant = false;
+  std::string fp8 = "native";
 };
 
 struct Stats {
@@ -42,6 +43,8 @@ int run_bench(const BenchFlags& f) {
   std::fprintf(stderr, "loading model...\n");
   EngineOptions eo{.model_dir = f.model.empty() ? default_model_dir() : f.model};
   eo.batch_invariant = f.batch_invariant;
+  if (f.fp8 != "native" && f.fp8 != "dequant") return fail("--fp8 must be native or dequant (got '" + f.fp8 + "')");
+  eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
   auto engine_or = Engine::open(eo);
   if (!engine_or.ok()) return fail(engine_or.status().message());
   Engine& engine = *engine_or.value();
@@ -106,6 +109,9 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_option("--gen-tokens", f->gen_tokens, "Tokens to generate for decode")->capture_default_str();
   app.add_option("--repeats", f->repeats, "Timed repeats (after one warm-up)")->capture_default_str();
   app.add_option("--threads", f->threads, "Thread counts to measure")->delimiter(',')->capture_default_str();
+  app.add_option("--fp8", f->fp8, "native|dequant: FP8 weights kept in FP8 (dequantised in the kernels) or "
+                                  "dequantised to bf16 at load")
+      ->capture_default_str();
   app.add_flag("--batch-invariant", f->batch_invariant,
                "Batch-invariant kernels (as `moe serve` uses): GEMV for prefill instead of sgemm");
   app.add_option("--bw-buffer-mb", f->bw_buffer_mb, "Buffer for the bandwidth probe (MiB)")->capture_default_str();

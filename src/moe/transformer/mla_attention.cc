@@ -15,14 +15,6 @@ TensorView vec_view(const std::vector<float>& v) {
   return TensorView::f32(v.data(), {static_cast<int64_t>(v.size())});
 }
 
-// A sub-matrix of rows [row0, row0 + rows) of w (same dtype, in place).
-Weight2D row_block(const Weight2D& w, int64_t row0, int64_t rows) {
-  Weight2D b = w;
-  b.data = w.row(row0);
-  b.rows = rows;
-  return b;
-}
-
 // Rotates `heads` rope parts of `rd` floats per row, at x + t * stride + h * head_stride,
 // for m rows at positions start_pos + t, through tmp [m * heads * rd]. With
 // `interleaved`, the pairs (2i, 2i+1) are first gathered to (i, i + rd/2) -- the same
@@ -90,7 +82,8 @@ MlaAttention::MlaAttention(const ModelConfig& config, const ModelWeights& weight
     float* dst = t.view().data_as<float>();
     for (int h = 0; h < heads_; ++h) {
       for (int j = 0; j < nope_; ++j) {
-        convert_to_f32(kvb.row(static_cast<int64_t>(h) * (nope_ + v_dim_) + j), kvb.dtype, row.data(), row.size());
+        const int64_t r = static_cast<int64_t>(h) * (nope_ + v_dim_) + j;
+        dequantize_rows_f32(kvb, r, r + 1, row.data());  // FP8: times its block scales
         for (int c = 0; c < lora_; ++c) dst[(static_cast<int64_t>(h) * lora_ + c) * nope_ + j] = row[static_cast<size_t>(c)];
       }
     }
