@@ -86,9 +86,11 @@ struct EngineOptions {
   // absorbed throughout under batch_invariant (docs/performance.md has the figures).
   // Anything else: InvalidArgument from Engine::open. Ignored by GQA models.
   std::string mla_attention = "auto";
-  // FP8 weights: native (default: fewer bytes per decode token, and faster in
-  // `moe bench` on DeepSeek-expert-shaped matrices; docs/performance.md) or dequant.
-  Fp8Mode fp8_mode = Fp8Mode::kNative;
+  // FP8 weights: dequant (default) or native. Native reads half the weight bytes per
+  // decode token, but `moe bench fp8` measured the bf16 GEMV 1.6-2x faster per call on
+  // DeepSeek-expert-shaped matrices on our CPUs (the FP8 decode is compute-bound on one
+  // core); native is the choice when memory is the limit (a model that fits only in FP8).
+  Fp8Mode fp8_mode = Fp8Mode::kDequant;
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

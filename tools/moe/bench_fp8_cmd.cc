@@ -38,23 +38,41 @@ struct Pool {
   std::vector<Weight2D> fp8_w, bf16_w;
 };
 
-// Random finite codes, 128 x 128 blocks with f32 scales ~ 1e-3 (as DeepSeek-V3's).
+// Weights as DeepSeek-V3's checkpoints are made: normal values quantised per 128 x 128
+// block with scale = amax / 448 (round to nearest). One matrix is made, then copied
+// to the rest of the pool (distinct memory, the same content).
 Pool make_pool(int64_t rows, int64_t cols, size_t pool_bytes) {
   Pool p;
   const size_t per = static_cast<size_t>(rows * cols) * 2;  // bf16: the larger of the two
   const size_t n = std::max<size_t>(2, (pool_bytes + per - 1) / per);
+  std::vector<float> positive;  // codes 0..0x7e, increasing
+  for (int c = 0; c <= 0x7e; ++c) positive.push_back(f8e4m3_to_f32(static_cast<uint8_t>(c)));
   std::mt19937 rng(7);
-  std::uniform_int_distribution<int> code(0, 255);
-  std::uniform_real_distribution<float> scale(0.5e-3f, 2e-3f);
+  std::normal_distribution<float> value(0.0f, 0.02f);
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& v : w) v = value(rng);
   const int64_t sr = (rows + 127) / 128, sc = (cols + 127) / 128;
-  for (size_t i = 0; i < n; ++i) {
-    p.codes.emplace_back(static_cast<size_t>(rows * cols));
-    for (auto& c : p.codes.back()) {
-      c = static_cast<uint8_t>(code(rng));
-      if ((c & 0x7f) == 0x7f) c ^= 1;  // no NaN codes
+  std::vector<uint8_t> codes(w.size());
+  std::vector<float> scales(static_cast<size_t>(sr * sc));
+  for (int64_t bi = 0; bi < sr; ++bi)
+    for (int64_t bj = 0; bj < sc; ++bj) {
+      const int64_t r1 = std::min(rows, (bi + 1) * 128), c1 = std::min(cols, (bj + 1) * 128);
+      float amax = 0;
+      for (int64_t r = bi * 128; r < r1; ++r)
+        for (int64_t c = bj * 128; c < c1; ++c) amax = std::max(amax, std::fabs(w[static_cast<size_t>(r * cols + c)]));
+      const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+      scales[static_cast<size_t>(bi * sc + bj)] = scale;
+      for (int64_t r = bi * 128; r < r1; ++r)
+        for (int64_t c = bj * 128; c < c1; ++c) {
+          const float v = w[static_cast<size_t>(r * cols + c)] / scale, a = std::min(std::fabs(v), 448.0f);
+          size_t k = static_cast<size_t>(std::lower_bound(positive.begin(), positive.end(), a) - positive.begin());
+          if (k > 0 && (k == positive.size() || a - positive[k - 1] <= positive[k] - a)) --k;
+          codes[static_cast<size_t>(r * cols + c)] = static_cast<uint8_t>(k | (v < 0 ? 0x80 : 0));
+        }
     }
-    p.scales.emplace_back(static_cast<size_t>(sr * sc));
-    for (auto& s : p.scales.back()) s = scale(rng);
+  for (size_t i = 0; i < n; ++i) {
+    p.codes.push_back(codes);
+    p.scales.push_back(scales);
     p.fp8_w.push_back(Weight2D{p.codes.back().data(), DType::kF8E4M3, rows, cols, p.scales.back().data(), DType::kF32,
                                128, 128});
   }

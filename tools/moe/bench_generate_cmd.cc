@@ -21,7 +21,7 @@ struct BenchFlags {
   std::vector<int> threads = {1, 2};
   size_t bw_buffer_mb = 1024;
   bool batch_invariant = false;
-  std::string fp8 = "native";
+  std::string fp8 = "dequant";
 };
 
 struct Stats {
@@ -109,8 +109,8 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_option("--gen-tokens", f->gen_tokens, "Tokens to generate for decode")->capture_default_str();
   app.add_option("--repeats", f->repeats, "Timed repeats (after one warm-up)")->capture_default_str();
   app.add_option("--threads", f->threads, "Thread counts to measure")->delimiter(',')->capture_default_str();
-  app.add_option("--fp8", f->fp8, "native|dequant: FP8 weights kept in FP8 (dequantised in the kernels) or "
-                                  "dequantised to bf16 at load")
+  app.add_option("--fp8", f->fp8, "dequant|native: FP8 weights dequantised to bf16 at load, or kept in FP8 "
+                                  "(dequantised in the kernels)")
       ->capture_default_str();
   app.add_flag("--batch-invariant", f->batch_invariant,
                "Batch-invariant kernels (as `moe serve` uses): GEMV for prefill instead of sgemm");
