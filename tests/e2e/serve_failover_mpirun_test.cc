@@ -107,7 +107,7 @@ TEST(ServeFailoverMpirun, GlooBackendNeedsMpirun) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "--comm-backend gloo: run under mpirun --enable-recovery");
   // Gloo's own flags without it are refused by name, not ignored.
-  for (const std::string& flag : {"--failover-wait 1", "--gloo-store /tmp/x", "--gloo-host 10.0.0.1"}) {
+  for (const std::string flag : {"--failover-wait 1", "--gloo-store /tmp/x", "--gloo-host 10.0.0.1"}) {
     const testing::CommandResult g =
         testing::run_command(testing::moe_binary() + " generate --prompt x --max-tokens 1 " + flag + " 2>&1");
     EXPECT_EQ(g.exit_code, 1) << flag << ": " << g.output;

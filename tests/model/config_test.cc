@@ -314,6 +314,21 @@ TEST(ConfigTest, UnknownRopeScalingTypeIsRefusedByName) {
   EXPECT_EQ(parse(j)->rope_scaling.type, RopeScaling::Type::kLinear);
 }
 
+// Issue 17 item 2: 1e9 positions used to size a RoPE table (bad_alloc); now refused by
+// name, while DeepSeek-V3's 163840 and the 2^24 limit itself parse.
+TEST(ConfigTest, AbsurdMaxPositionEmbeddingsRefusedByName) {
+  json j = tiny_config();
+  j["max_position_embeddings"] = 1000000000;
+  expect_error(j, StatusCode::kInvalidArgument, {"'max_position_embeddings'", "1000000000", "16777216"});
+  j["max_position_embeddings"] = (1 << 24) + 1;
+  expect_error(j, StatusCode::kInvalidArgument, {"'max_position_embeddings'", "16777217"});
+  j["max_position_embeddings"] = 1 << 24;
+  ASSERT_TRUE(parse(j).ok());
+  EXPECT_EQ(parse(j)->max_position_embeddings, 1 << 24);
+  j["max_position_embeddings"] = 163840;
+  EXPECT_EQ(parse(j)->max_position_embeddings, 163840);
+}
+
 TEST(ConfigTest, RopeScalingNullIsFine) {
   json j = tiny_config();
   j["rope_scaling"] = nullptr;

@@ -3,8 +3,11 @@
 // cache) and the absorbed path (attention in the latent space) agree to rounding for a
 // prefill and for decode steps, on every layer; the paged cache gives bitwise the
 // contiguous cache's result (batch-invariant kernels); the cache holds kv_lora_rank + qk_rope_head_dim floats per
-// position and layer. With batch-invariant kernels. (Whole-model agreement with the torch reference: golden_test.cc.)
+// position and layer; the block's output and cached latent rows match the torch
+// reference's (tests/data/golden/deepseek-v3-mla), without and with YaRN. (Whole-model agreement with the torch reference: golden_test.cc.)
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -146,6 +149,53 @@ TEST(MlaAttention, SoftmaxScaleFollowsYarnMscale) {
   EXPECT_FLOAT_EQ(MlaAttention::softmax_scale(c), static_cast<float>(m * m / std::sqrt(48.0)));
   c.rope_scaling.mscale_all_dim = 0;  // absent: no change
   EXPECT_FLOAT_EQ(MlaAttention::softmax_scale(c), 1.0f / std::sqrt(48.0f));
+}
+
+// The block alone against tools/reference/make_deepseek_mla_golden.py: layer 1 of the
+// tiny model over 20 positions, output within 1e-4 (absolute; outputs reach ~0.27) on
+// each path, and the cache holding [RMSNorm(c_kv) | RoPE'd k_rope] per position.
+TEST(MlaAttention, BlockMatchesTheTorchReferenceWithAndWithoutYarn) {
+  auto model = load_tiny_deepseek();
+  const std::string dir = testing::golden_dir() + "/deepseek-v3-mla";
+  const auto cases = nlohmann::json::parse(testing::read_file(dir + "/cases.json"));
+  const int layer = cases["layer"].get<int>();
+  const int64_t n = cases["n_tokens"].get<int64_t>(), hidden = model->config.hidden_size;
+  const std::vector<float> x = testing::read_f32(dir + "/" + cases["x_file"].get<std::string>());
+  ASSERT_EQ(static_cast<int64_t>(x.size()), n * hidden);
+  for (const auto& variant : cases["variants"]) {
+    SCOPED_TRACE(variant["name"].get<std::string>());
+    ModelConfig c = model->config;
+    if (!variant["rope_scaling"].is_null()) {
+      const auto& rs = variant["rope_scaling"];
+      c.rope_scaling.type = RopeScaling::Type::kYarn;
+      c.rope_scaling.factor = rs["factor"].get<double>();
+      c.rope_scaling.original_max_position_embeddings = rs["original_max_position_embeddings"].get<int>();
+      c.rope_scaling.beta_fast = rs["beta_fast"].get<double>();
+      c.rope_scaling.beta_slow = rs["beta_slow"].get<double>();
+      c.rope_scaling.mscale = rs["mscale"].get<double>();
+      c.rope_scaling.mscale_all_dim = rs["mscale_all_dim"].get<double>();
+    }
+    EXPECT_NEAR(MlaAttention::softmax_scale(c), variant["softmax_scale"].get<double>(), 1e-7);
+    const std::vector<float> want = testing::read_f32(dir + "/" + variant["out_file"].get<std::string>());
+    const std::vector<float> latent = testing::read_f32(dir + "/" + variant["latent_file"].get<std::string>());
+    for (MlaPath path : {MlaPath::kNaive, MlaPath::kAbsorbed}) {
+      MlaAttention block(c, model->weights, KernelOptions{}, path);
+      block.reserve(n, 1);
+      const KvCacheShape shape = kv_cache_shape(c);
+      KVCache cache(c.num_hidden_layers, shape.heads, shape.k_dim, n, shape.v_dim);
+      std::vector<float> out(static_cast<size_t>(n * hidden));
+      const RowSegment seg{0, n, 0, nullptr};
+      block.forward(layer, TensorView::f32(x.data(), {n, hidden}), AttentionBatch{&seg, 1, &cache, nullptr},
+                    TensorView::f32(out.data(), {n, hidden}));
+      double worst = 0;
+      for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(double(out[i]) - want[i]));
+      EXPECT_LT(worst, 1e-4) << (path == MlaPath::kNaive ? "naive" : "absorbed");
+      double worst_latent = 0;
+      const float* rows = cache.k(layer);
+      for (size_t i = 0; i < latent.size(); ++i) worst_latent = std::max(worst_latent, std::fabs(double(rows[i]) - latent[i]));
+      EXPECT_LT(worst_latent, 1e-4);
+    }
+  }
 }
 
 }  // namespace

@@ -28,6 +28,8 @@ RunFn add_placement_command(CLI::App& placement);
 RunFn add_stats_command(CLI::App& stats);
 // `ckpt convert|save|restore|verify|info|gc` (the per-expert checkpoint store).
 RunFn add_ckpt_command(CLI::App& ckpt);
+// `info`: a model's architecture, parameter counts and KV-cache size from its config.json.
+RunFn add_info_command(CLI::App& info);
 
 // The model shipped in the repository, found relative to the working directory, the
 // binary, or the source tree.

@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
   auto run_stats = moe::cli::add_stats_command(*stats);
   auto* ckpt = app.add_subcommand("ckpt", "Per-expert checkpoint store: convert, save, restore, verify, info, gc");
   auto run_ckpt = moe::cli::add_ckpt_command(*ckpt);
+  auto* info = app.add_subcommand("info", "Model size: parameters (total, active), KV cache per token, from config.json");
+  auto run_info = moe::cli::add_info_command(*info);
 
   try {
     app.parse(argc, argv);
@@ -116,5 +118,6 @@ int main(int argc, char** argv) {
   if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
   if (ckpt->parsed()) return run_ckpt();
+  if (info->parsed()) return run_info();
   return 2;
 }

@@ -215,6 +215,15 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   } else {
     MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
   }
+  const RouterConfig& rc = impl->config.router;
+  if (impl->config.family == ModelFamily::kDeepseekV2 && rc.norm_topk_prob && rc.routed_scaling_factor != 1.0) {
+    // Sources disagree here (tools/reference/README.md): DeepSeek's V2 code normalises
+    // instead of scaling, transformers' scales without normalising; every published V2
+    // checkpoint has norm_topk_prob false, where all agree.
+    MOE_LOG_WARN("{}/config.json: deepseek_v2 with norm_topk_prob true and routed_scaling_factor {}: expert weights are "
+                 "normalised and then scaled (as vLLM and llama.cpp do; DeepSeek's V2 code only normalises)",
+                 dir, rc.routed_scaling_factor);
+  }
   if (options.mla_attention != "auto" && options.mla_attention != "naive" && options.mla_attention != "absorbed") {
     return invalid_argument("mla_attention '" + options.mla_attention + "' is not one of auto, naive, absorbed");
   }

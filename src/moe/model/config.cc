@@ -13,6 +13,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr int kMaxPositions = 1 << 24;  // max_position_embeddings at most
+
 // Small helpers that read one field and produce messages naming it.
 class FieldReader {
  public:
@@ -161,6 +163,11 @@ Status parse_common(const json& j, const FieldReader& r, ModelConfig* c) {
   MOE_RETURN_IF_ERROR(r.get_double("rms_norm_eps", &c->rms_norm_eps, true));
   MOE_RETURN_IF_ERROR(r.get_double("rope_theta", &c->rope_theta, true));
   MOE_RETURN_IF_ERROR(r.get_int("max_position_embeddings", &c->max_position_embeddings, true));
+  if (c->max_position_embeddings > kMaxPositions) {  // positions must stay exact in f32 (RoPE angles)
+    return invalid_argument(r.source() + ": field 'max_position_embeddings' is " +
+                            std::to_string(c->max_position_embeddings) + ", more than the supported " +
+                            std::to_string(kMaxPositions));
+  }
   MOE_RETURN_IF_ERROR(r.get_bool("tie_word_embeddings", &c->tie_word_embeddings));
   MOE_RETURN_IF_ERROR(r.get_int("bos_token_id", &c->bos_token_id, false, 0));
 
@@ -375,6 +382,7 @@ Status parse_deepseek(const json& j, const FieldReader& r, ModelConfig* c) {
   MOE_RETURN_IF_ERROR(r.get_int("n_shared_experts", &shared, false, 0));
   MOE_RETURN_IF_ERROR(r.get_int("first_k_dense_replace", &first_dense, false, 0));
   MOE_RETURN_IF_ERROR(r.get_int("moe_layer_freq", &freq, false));
+  MOE_RETURN_IF_ERROR(r.get_int("num_nextn_predict_layers", &c->num_nextn_predict_layers, false, 0));
   c->shared_expert_intermediate_size = shared * c->moe_intermediate_size;
   c->moe_layer.assign(static_cast<size_t>(c->num_hidden_layers), false);
   for (int l = first_dense; l < c->num_hidden_layers; ++l) c->moe_layer[static_cast<size_t>(l)] = l % freq == 0;

@@ -112,6 +112,9 @@ struct ModelConfig {
   bool shared_expert_gate = false;
   bool attention_qkv_bias = false;  // q/k/v projections have biases (Qwen2-MoE)
   bool qk_norm = false;             // per-head RMSNorm of q and k before RoPE (Qwen3-MoE)
+  // DeepSeek-V3 multi-token-prediction modules stored in the checkpoint after the last
+  // layer (`num_nextn_predict_layers`); the engine does not run them (model_size.h counts them).
+  int num_nextn_predict_layers = 0;
   // moe_layer[l]: layer l has an MoE block; otherwise a dense SwiGLU MLP of width
   // intermediate_size (Qwen `decoder_sparse_step`/`mlp_only_layers`, DeepSeek
   // `first_k_dense_replace`/`moe_layer_freq`). Size num_hidden_layers.

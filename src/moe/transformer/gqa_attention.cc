@@ -6,6 +6,7 @@
 #include "moe/ops/attention.h"
 #include "moe/ops/linear.h"
 #include "moe/ops/norm.h"
+#include "moe/transformer/rope_config.h"
 
 namespace moe {
 namespace {
@@ -29,7 +30,7 @@ GqaAttention::GqaAttention(const ModelConfig& config, const ModelWeights& weight
     : config_(config),
       weights_(weights),
       kernel_(kernel),
-      rope_(config.head_dim, config.rope_theta, config.max_position_embeddings) {}
+      rope_(rope_params(config, config.head_dim)) {}
 
 void GqaAttention::reserve(int64_t max_tokens, int64_t max_segments) {
   if (max_tokens > max_tokens_) {

@@ -1,6 +1,7 @@
 // Grouped-query attention (Ainslie et al. 2023) as Mixtral, Qwen2-MoE and Qwen3-MoE run
 // it: q/k/v projections (+ q/k/v bias: Qwen2-MoE), per-head q/k RMSNorm before RoPE
-// (Qwen3-MoE), RoPE, the KV-cache write, causal attention over the cache, o_proj.
+// (Qwen3-MoE), RoPE (honouring rope_scaling linear/yarn and rope_interleave:
+// rope_config.h), the KV-cache write, causal attention over the cache, o_proj.
 // References: transformers/models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py.
 #pragma once
 

@@ -7,6 +7,7 @@
 #include "moe/core/check.h"
 #include "moe/ops/linear.h"
 #include "moe/ops/norm.h"
+#include "moe/transformer/rope_config.h"
 
 namespace moe {
 namespace {
@@ -15,48 +16,11 @@ TensorView vec_view(const std::vector<float>& v) {
   return TensorView::f32(v.data(), {static_cast<int64_t>(v.size())});
 }
 
-// Rotates `heads` rope parts of `rd` floats per row, at x + t * stride + h * head_stride,
-// for m rows at positions start_pos + t, through tmp [m * heads * rd]. With
-// `interleaved`, the pairs (2i, 2i+1) are first gathered to (i, i + rd/2) -- the same
-// permutation for queries and keys, so scores are those of the interleaved rotation
-// (transformers' deepseek_v3 does the same) -- and the rotated parts stay in that order.
-void rotate_parts(const RopeTable& rope, float* x, int64_t m, int64_t stride, int heads, int64_t head_stride, int rd,
-                  int64_t start_pos, bool interleaved, std::vector<float>* tmp) {
-  const int half = rd / 2;
-  tmp->resize(static_cast<size_t>(m * heads * rd));
-  float* t0 = tmp->data();
-  for (int64_t t = 0; t < m; ++t) {
-    for (int h = 0; h < heads; ++h) {
-      const float* src = x + t * stride + h * head_stride;
-      float* dst = t0 + (t * heads + h) * rd;
-      if (interleaved) {
-        for (int i = 0; i < half; ++i) {
-          dst[i] = src[2 * i];
-          dst[half + i] = src[2 * i + 1];
-        }
-      } else {
-        std::memcpy(dst, src, static_cast<size_t>(rd) * sizeof(float));
-      }
-    }
-  }
-  rope.apply(t0, m, static_cast<int64_t>(heads) * rd, heads, start_pos);
-  for (int64_t t = 0; t < m; ++t) {
-    for (int h = 0; h < heads; ++h) {
-      std::memcpy(x + t * stride + h * head_stride, t0 + (t * heads + h) * rd, static_cast<size_t>(rd) * sizeof(float));
-    }
-  }
-}
-
 }  // namespace
 
 float MlaAttention::softmax_scale(const ModelConfig& c) {
-  double scale = 1.0 / std::sqrt(static_cast<double>(c.mla.qk_head_dim()));
-  const RopeScaling& rs = c.rope_scaling;
-  if (rs.type == RopeScaling::Type::kYarn && rs.mscale_all_dim != 0 && rs.factor > 1) {
-    const double m = 0.1 * rs.mscale_all_dim * std::log(rs.factor) + 1.0;
-    scale *= m * m;
-  }
-  return static_cast<float>(scale);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.mla.qk_head_dim()));
+  return static_cast<float>(scale * yarn_softmax_scale_multiplier(rope_params(c, c.mla.qk_rope_head_dim)));
 }
 
 MlaAttention::MlaAttention(const ModelConfig& config, const ModelWeights& weights, const KernelOptions& kernel,
@@ -65,7 +29,7 @@ MlaAttention::MlaAttention(const ModelConfig& config, const ModelWeights& weight
       weights_(weights),
       kernel_(kernel),
       path_(path),
-      rope_(config.mla.qk_rope_head_dim, config.rope_theta, config.max_position_embeddings),
+      rope_(rope_params(config, config.mla.qk_rope_head_dim)),
       scale_(softmax_scale(config)),
       heads_(config.num_attention_heads),
       nope_(config.mla.qk_nope_head_dim),
@@ -102,7 +66,6 @@ void MlaAttention::reserve(int64_t max_tokens, int64_t max_segments) {
     attn_ = Tensor::empty(DType::kF32, {max_tokens, heads * v_dim_});
     gather_ = Tensor::empty(DType::kF32, {heads, max_tokens, std::max(lora_, nope_)});
     scatter_ = Tensor::empty(DType::kF32, {heads, max_tokens, std::max(lora_, v_dim_)});
-    rope_tmp_.reserve(static_cast<size_t>(max_tokens * heads * rope_dim_));
     max_tokens_ = max_tokens;
   }
   seqs_.reserve(static_cast<size_t>(max_segments));
@@ -256,12 +219,16 @@ void MlaAttention::forward(int layer, const TensorView& x, const AttentionBatch&
   float* q = q_.view().data_as<float>();
   float* kv = kv_.view().data_as<float>();
   const int64_t lr = lora_ + rope_dim_;
+  // RoPE on the rope parts only: each head's q_rope, and the shared k_rope.
   for (size_t i = 0; i < batch.num_segments; ++i) {
     const RowSegment& r = batch.segments[i];
-    rotate_parts(rope_, q + r.row0 * heads_ * qk_ + nope_, r.n, static_cast<int64_t>(heads_) * qk_, heads_, qk_,
-                 rope_dim_, r.start_pos, config_.rope_interleave, &rope_tmp_);
-    rotate_parts(rope_, kv + r.row0 * lr + lora_, r.n, lr, 1, 0, rope_dim_, r.start_pos, config_.rope_interleave,
-                 &rope_tmp_);
+    rope_.apply(RopeTable::Rows{.x = q + r.row0 * heads_ * qk_ + nope_,
+                                .m = r.n,
+                                .row_stride = static_cast<int64_t>(heads_) * qk_,
+                                .num_heads = heads_,
+                                .head_stride = qk_},
+                r.start_pos);
+    rope_.apply(RopeTable::Rows{.x = kv + r.row0 * lr + lora_, .m = r.n, .row_stride = lr, .num_heads = 1}, r.start_pos);
   }
   write_cache(layer, batch);
   // Which segments attend which way.

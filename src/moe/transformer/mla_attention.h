@@ -77,7 +77,6 @@ class MlaAttention final : public AttentionBlock {
   Tensor attn_;    // [max_tokens, heads * v_head_dim]
   Tensor gather_;  // [heads, max_tokens, max(kv_lora, qk_nope)] per-head inputs of the absorbed projections
   Tensor scatter_; // [heads, max_tokens, max(kv_lora, v_head_dim)] their outputs
-  std::vector<float> rope_tmp_;  // [max_tokens * heads * rope] de-interleaved rope parts
   std::vector<float> ctx_lat_, ctx_kv_, ctx_k_, ctx_v_;  // naive path, grown with the context
   std::vector<MlaSeq> seqs_;
 };
