@@ -28,6 +28,7 @@ struct BenchFlags {
   std::vector<std::string> mla_paths = {"auto"};
   size_t bw_buffer_mb = 1024;
   bool batch_invariant = false;
+  std::string fp8 = "dequant";
 };
 
 struct Stats {
@@ -76,6 +77,7 @@ int run_bench(const BenchFlags& f) {
   if (std::string e = check_mla_paths(f.mla_paths); !e.empty()) return fail(e);
   const std::string model_dir = f.model.empty() ? default_model_dir() : f.model;
   std::fprintf(stderr, "loading model...\n");
+  if (f.fp8 != "native" && f.fp8 != "dequant") return fail("--fp8 must be native or dequant (got '" + f.fp8 + "')");
   auto config = load_model_config(model_dir);
   if (!config.ok()) return fail(config.status().message());
   const bool mla = config.value().mla.enabled();
@@ -88,6 +90,7 @@ int run_bench(const BenchFlags& f) {
     EngineOptions eo{.model_dir = model_dir};
     eo.batch_invariant = f.batch_invariant;
     eo.mla_attention = path;
+    eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
     auto engine_or = Engine::open(eo);
     if (!engine_or.ok()) return fail(engine_or.status().message());
     engines.push_back(std::move(engine_or).value());
@@ -212,6 +215,9 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_option("--gen-tokens", f->gen_tokens, "Tokens to generate for decode")->capture_default_str();
   app.add_option("--repeats", f->repeats, "Timed repeats (after one warm-up)")->capture_default_str();
   app.add_option("--threads", f->threads, "Thread counts to measure")->delimiter(',')->capture_default_str();
+  app.add_option("--fp8", f->fp8, "dequant|native: FP8 weights dequantised to bf16 at load, or kept in FP8 "
+                                  "(dequantised in the kernels)")
+      ->capture_default_str();
   app.add_option("--mla-attention", f->mla_paths,
                  "Multi-head latent attention models: the paths to measure, from auto, naive, absorbed (e.g. "
                  "naive,absorbed: interleaved per repeat, with their ratios); other models: auto only")

@@ -21,6 +21,7 @@ RunFn add_bench_capacity_command(CLI::App& bench);
 RunFn add_bench_serve_command(CLI::App& bench);
 RunFn add_bench_ckpt_command(CLI::App& bench);
 RunFn add_bench_chaos_command(CLI::App& bench);
+RunFn add_bench_fp8_command(CLI::App& bench);
 // `placement plan|eval` (registers both subcommands on `placement`).
 RunFn add_placement_command(CLI::App& placement);
 // `stats show|plot` (registers both subcommands on `stats`).

@@ -86,10 +86,16 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "space) or auto (naive for prefill, absorbed for decode; absorbed under --batch-invariant)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "naive", "absorbed"}));
+  app.add_option("--fp8", f->fp8,
+                 "dequant|native: FP8 weights (quantization_config) dequantised to bf16 once at load (faster "
+                 "GEMV in `moe bench fp8`), or kept in FP8 and dequantised in the kernels (half the memory and "
+                 "bytes per decode token)")
+      ->capture_default_str();
 }
 
 std::string check_engine_flags(const EngineFlags& f) {
   const EngineOptions& o = f.options;
+  if (f.fp8 != "native" && f.fp8 != "dequant") return "--fp8 must be native or dequant (got '" + f.fp8 + "')";
   if (o.num_threads < 0) return "--threads must be >= 0 (got " + std::to_string(o.num_threads) + ")";
   // Far past the machine's hardware threads only slows the kernels, and the OpenMP
   // runtime's per-thread stacks run out (100000 crashed in ops/linear; issue 17).
@@ -189,6 +195,7 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   EngineOptions options = f.options;
   if (options.model_dir.empty()) options.model_dir = default_model_dir();
   options.a2a_bf16 = f.a2a_dtype == "bf16";
+  options.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
   options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
   // Given alone, a capacity factor means --overflow-policy drop (resolved by the engine).
   if (f.capacity_given()) options.capacity_factor = f.capacity_factor;

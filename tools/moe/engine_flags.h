@@ -1,6 +1,6 @@
 // The flags that open an Engine, shared by `moe generate` and `moe serve`: model,
 // threads, expert parallelism under mpirun, capacity policy, expert placement and
-// rebalancing, batch-invariant kernels.
+// rebalancing, batch-invariant kernels, FP8 weights (--fp8).
 #pragma once
 
 #include <string>
@@ -21,6 +21,7 @@ struct EngineFlags {
   std::string a2a_dtype = "f32";   // f32 | bf16 -> options.a2a_bf16
   std::string a2a_mode = "auto";   // auto | flat | hierarchical -> options.a2a_hierarchical
   double capacity_factor = 1.0;    // -> options.capacity_factor when --capacity-factor is given
+  std::string fp8 = "dequant";     // dequant | native -> options.fp8_mode
   const CLI::Option* capacity_option = nullptr;  // set by add_engine_flags
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
   const CLI::Option* gloo_host_option = nullptr;  // --gloo-host

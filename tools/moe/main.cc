@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
   auto* bench_chaos = bench->add_subcommand(
       "chaos", "Fault injection: kill, stop or corrupt a rank of a serving EP group; lost requests, hangs, recovery");
   auto run_bench_chaos = moe::cli::add_bench_chaos_command(*bench_chaos);
+  auto* bench_fp8 = bench->add_subcommand(
+      "fp8", "FP8 weights in the GEMV kernel vs dequantised to bf16: bytes per decode token, GEMV/s (DeepSeek expert shapes)");
+  auto run_bench_fp8 = moe::cli::add_bench_fp8_command(*bench_fp8);
   auto* placement = app.add_subcommand("placement", "Expert placement: plan replicas and slots from per-expert load");
   placement->require_subcommand(1);
   auto run_placement = moe::cli::add_placement_command(*placement);
@@ -111,6 +114,7 @@ int main(int argc, char** argv) {
   if (bench_serve->parsed()) return run_bench_serve();
   if (bench_ckpt->parsed()) return run_bench_ckpt();
   if (bench_chaos->parsed()) return run_bench_chaos();
+  if (bench_fp8->parsed()) return run_bench_fp8();
   if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
   if (ckpt->parsed()) return run_ckpt();

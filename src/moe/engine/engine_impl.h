@@ -42,7 +42,8 @@ struct Engine::Impl final : EpStepRunner {
   // Expert parallelism (comm == nullptr: single process).
   Communicator* comm = nullptr;
   std::vector<EpContext> ep;             // [num_layers] expert placement (dense layers: unused)
-  ExpertStore expert_store;              // experts received by live rebalancing
+  ExpertStore expert_store;              // experts received by live rebalancing (or dequantised: fp8_mode)
+  std::vector<std::vector<uint8_t>> fp8_dequantized;  // bf16 copies of non-expert FP8 matrices (Fp8Mode::kDequant)
   std::unique_ptr<Rebalancer> rebalancer;  // under EP only
   std::unique_ptr<Failover> failover;      // under EP only (used when the communicator can re-form)
   std::unique_ptr<EpSession> session;

@@ -20,6 +20,7 @@
 #include "moe/engine/peer_expert_recovery.h"
 #include "moe/model/config.h"
 #include "moe/model/fingerprint.h"
+#include "moe/model/fp8_dequant.h"
 #include "moe/model/hf_checkpoint.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
@@ -67,9 +68,17 @@ ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWei
   int64_t inactive = 0;
   size_t bytes = w.lm_head.bytes() + static_cast<size_t>(c.hidden_size) * dtype_size(w.embed_tokens.dtype);
   const int64_t expert_params = static_cast<int64_t>(c.moe_intermediate_size) * c.hidden_size * 3;
-  const size_t expert_bytes = static_cast<size_t>(expert_params) * dtype_size(w.embed_tokens.dtype);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    // An expert's bytes as held (FP8 with its scales, or dequantised); the embedding's
+    // dtype if this rank holds none of the layer's.
+    size_t expert_bytes = static_cast<size_t>(expert_params) * dtype_size(w.embed_tokens.dtype);
+    for (const ExpertWeights& e : L.experts) {
+      if (e.loaded) {
+        expert_bytes = e.bytes();
+        break;
+      }
+    }
     bytes += L.q_proj.bytes() + L.k_proj.bytes() + L.v_proj.bytes() + L.o_proj.bytes();
     if (!c.is_moe_layer(l)) {
       bytes += L.dense_mlp.bytes();
@@ -175,13 +184,19 @@ FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* 
   for (const EpContext& ctx : impl->ep) slots = std::max(slots, ctx.placement.max_experts_per_rank());
   in.slots_per_rank = std::max(slots, 1);
   in.wait_seconds = options.failover_wait_seconds;
-  in.load_expert = [impl](int layer, int expert, std::vector<LayerWeights>* layers, ExpertStore* store) -> Status {
-    if (impl->store != nullptr) {
-      return load_expert_from_store(*impl->store, impl->config, layer, expert, MigrationTarget{layers, store});
-    }
+  const bool dequant = options.fp8_mode == Fp8Mode::kDequant;
+  in.load_expert = [impl, dequant](int layer, int expert, std::vector<LayerWeights>* layers,
+                                   ExpertStore* store) -> Status {
     ExpertWeights& w = (*layers)[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)];
-    MOE_RETURN_IF_ERROR(bind_expert(impl->config, *impl->source, layer, expert, &w));
-    w.loaded = true;
+    if (impl->store != nullptr) {
+      MOE_RETURN_IF_ERROR(load_expert_from_store(*impl->store, impl->config, layer, expert, MigrationTarget{layers, store}));
+    } else {
+      MOE_RETURN_IF_ERROR(bind_expert(impl->config, *impl->source, layer, expert, &w));
+      w.loaded = true;
+    }
+    if (dequant && (w.w1.has_scale() || w.w2.has_scale() || w.w3.has_scale())) {
+      dequantize_expert_to_bf16(&w, &(*store)[{layer, expert}]);  // as the experts loaded at start-up
+    }
     return ok_status();
   };
   return in;
@@ -328,6 +343,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     MOE_RETURN_IF_ERROR(recover_experts_from_peers(recovery));
   } else if (!local.ok()) {
     return local;
+  }
+  if (options.fp8_mode == Fp8Mode::kDequant && impl->config.fp8.enabled) {
+    Impl* p = impl.get();
+    const int64_t n = dequantize_weights_to_bf16(&impl->weights, &impl->fp8_dequantized,
+                                                 [p](int l, int e) { return &p->expert_store[{l, e}]; });
+    MOE_LOG_INFO("fp8 dequant: {} FP8 matrices dequantised to bf16 at load", n);
   }
   const std::string& dir = options.model_dir;
   DecoderOptions decoder_options{impl->comm ? &impl->ep : nullptr, KernelOptions{options.batch_invariant}};

@@ -1,16 +1,56 @@
 #include "moe/engine/expert_loader.h"
 
-#include "moe/model/weight_names.h"
+#include <map>
+
+#include "moe/model/weights.h"
 #include "moe/tensor/dtype.h"
 
 namespace moe {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
+// One expert shard's tensors as a ModelSource, so the shard is bound by bind_expert:
+// the same checks (shapes, dtypes, FP8 block scales `<name>_scale_inv`) as a model
+// loaded from its files, and whatever tensors the expert has (scales included) travel.
+class ShardSource final : public ModelSource {
+ public:
+  ShardSource(const StoreModel::ExpertShard& shard, std::string where) : where_(std::move(where)) {
+    for (const ShardTensor& t : shard.tensors) {
+      StoredTensor v;
+      v.name = t.name;
+      v.file = where_;
+      v.dtype_name = t.dtype;
+      v.dtype = parse_dtype(t.dtype);
+      v.shape = t.shape;
+      v.data = shard.bytes.data() + t.offset;
+      v.nbytes = t.nbytes;
+      tensors_.emplace(t.name, std::move(v));
+    }
+  }
+  std::string location() const override { return where_; }
+  StatusOr<std::string> read_file(const std::string& name) const override {
+    return not_found("file '" + name + "' is not part of " + where_);
+  }
+  bool contains(const std::string& name) const override { return tensors_.count(name) > 0; }
+  StatusOr<const StoredTensor*> get(const std::string& name) const override {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) return not_found("tensor '" + name + "' is not in " + where_);
+    return &it->second;
+  }
+  std::vector<TensorInfo> tensor_infos() const override {
+    std::vector<TensorInfo> out;
+    for (const auto& [name, t] : tensors_) out.push_back({name, t.dtype_name, t.shape, t.nbytes});
+    return out;
+  }
+  size_t total_bytes() const override {
+    size_t n = 0;
+    for (const auto& [name, t] : tensors_) n += t.nbytes;
+    return n;
+  }
+
+ private:
+  std::string where_;
+  std::map<std::string, StoredTensor> tensors_;
+};
 
 }  // namespace
 
@@ -29,46 +69,22 @@ Status load_expert_from_store(const StoreModel& store, const ModelConfig& config
     return invalid_argument(what + ": the target's layer weights have no slot for it");
   }
   MOE_ASSIGN_OR_RETURN(StoreModel::ExpertShard shard, store.read_expert(layer, expert));
-  const WeightNames names = weight_names_for(config.family);
-  const int64_t hidden = config.hidden_size, inter = config.moe_intermediate_size;
-  struct Want {
-    const std::string* suffix;
-    int64_t rows, cols;
-  };
-  const Want wants[3] = {{&names.expert_w1, inter, hidden}, {&names.expert_w2, hidden, inter},
-                         {&names.expert_w3, inter, hidden}};
-  struct Found {
-    uint64_t offset;
-    DType dtype;
-  };
-  Found found[3];
-  for (int i = 0; i < 3; ++i) {
-    const std::string name = names.expert(layer, expert, *wants[i].suffix);
-    const ShardTensor* t = nullptr;
-    for (const ShardTensor& c : shard.tensors) {
-      if (c.name == name) t = &c;
+  for (const ShardTensor& t : shard.tensors) {
+    if (t.offset + t.nbytes > shard.bytes.size() || t.offset + t.nbytes < t.offset) {
+      return invalid_argument(what + ": tensor '" + t.name + "' in " + store.location() +
+                              " has a byte span outside its shard");
     }
-    if (t == nullptr) return not_found(what + ": tensor '" + name + "' is not in its shard in " + store.location());
-    const std::vector<int64_t> expected = {wants[i].rows, wants[i].cols};
-    const auto dtype = parse_dtype(t->dtype);
-    if (t->shape != expected || !dtype) {
-      return invalid_argument(what + ": tensor '" + name + "' in " + store.location() + " is " + t->dtype + " " +
-                              shape_str(t->shape) + ", expected F32/BF16/F16 " + shape_str(expected));
-    }
-    if (t->offset + t->nbytes > shard.bytes.size() ||
-        t->nbytes != static_cast<uint64_t>(wants[i].rows * wants[i].cols) * dtype_size(*dtype)) {
-      return invalid_argument(what + ": tensor '" + name + "' has a byte span that does not fit its shape");
-    }
-    found[i] = {t->offset, *dtype};
   }
-  // Commit: the buffer moves into the store (its data pointer is stable), the weights point into it.
+  ExpertWeights bound;
+  {
+    const ShardSource source(shard, "the shard of " + what + " in " + store.location());
+    MOE_RETURN_IF_ERROR(bind_expert(config, source, layer, expert, &bound).with_context(what));
+  }
+  // Commit: the buffer moves into the store (a moved vector keeps its data pointer, so
+  // the bound weights and scales stay valid), the weights point into it.
   std::vector<uint8_t>& buf = (*target.store)[{layer, expert}];
   buf = std::move(shard.bytes);
-  ExpertWeights& w = (*target.layers)[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)];
-  w.w1 = Weight2D{buf.data() + found[0].offset, found[0].dtype, inter, hidden};
-  w.w2 = Weight2D{buf.data() + found[1].offset, found[1].dtype, hidden, inter};
-  w.w3 = Weight2D{buf.data() + found[2].offset, found[2].dtype, inter, hidden};
-  w.loaded = true;
+  (*target.layers)[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)] = bound;
   return ok_status();
 }
 

@@ -411,9 +411,11 @@ StatusOr<ModelConfig> parse_model_config(const std::string& json_text, const std
   if (c.model_type == "mixtral") {
     c.family = ModelFamily::kMixtral;
     MOE_RETURN_IF_ERROR(parse_mixtral(j, r, &c));
+    MOE_RETURN_IF_ERROR(parse_fp8(j, source, &c));  // FP8 block-quantised checkpoints of any family
   } else if (c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe") {
     c.family = c.model_type == "qwen2_moe" ? ModelFamily::kQwen2Moe : ModelFamily::kQwen3Moe;
     MOE_RETURN_IF_ERROR(parse_qwen_moe(j, r, &c));
+    MOE_RETURN_IF_ERROR(parse_fp8(j, source, &c));  // e.g. Qwen3-30B-A3B-FP8 (blocks of [128, 128])
   } else if (c.model_type == "deepseek_v2" || c.model_type == "deepseek_v3" || c.model_type == "kimi_k2") {
     // Kimi-K2 is the deepseek_v3 architecture (its config names DeepseekV3ForCausalLM).
     c.family = c.model_type == "deepseek_v2" ? ModelFamily::kDeepseekV2 : ModelFamily::kDeepseekV3;

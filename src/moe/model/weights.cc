@@ -21,34 +21,81 @@ StatusOr<const StoredTensor*> get_checked(const ModelSource& ckpt, const std::st
   }
   if (!view->dtype) {
     return invalid_argument("tensor '" + name + "' in " + view->file + " has dtype " +
-                            view->dtype_name + "; supported: F32, BF16, F16");
+                            view->dtype_name + "; supported: F32, BF16, F16 (and F8_E4M3 with block scales)");
   }
   return view;
 }
 
-StatusOr<Weight2D> matrix(const ModelSource& ckpt, const std::string& name, int64_t rows, int64_t cols) {
+// Binds the block scales `<name>_scale_inv` of F8_E4M3 tensor `name` ([rows, cols]) into *w.
+Status bind_fp8_scales(const ModelSource& ckpt, const std::string& name, const StoredTensor& weight,
+                       const Fp8Config& fp8, Weight2D* w) {
+  const std::string scale_name = name + kFp8ScaleSuffix;
+  if (!ckpt.contains(scale_name)) {
+    return not_found("tensor '" + scale_name + "' (the block scales of F8_E4M3 tensor '" + name + "' in " +
+                     weight.file + ") is missing from " + ckpt.location());
+  }
+  MOE_ASSIGN_OR_RETURN(const StoredTensor* scale, ckpt.get(scale_name));
+  w->block_rows = fp8.block_rows;
+  w->block_cols = fp8.block_cols;
+  const std::vector<int64_t> expected = {w->scale_rows(), w->scale_cols()};
+  if (scale->shape != expected) {
+    return invalid_argument("tensor '" + scale_name + "' in " + scale->file + " has shape " + scale->shape_string() +
+                            " but F8_E4M3 tensor '" + name + "' " + weight.shape_string() + " with blocks of [" +
+                            std::to_string(fp8.block_rows) + ", " + std::to_string(fp8.block_cols) +
+                            "] (quantization_config.weight_block_size) needs " + shape_str(expected));
+  }
+  if (!scale->dtype || *scale->dtype == DType::kF8E4M3) {
+    return invalid_argument("tensor '" + scale_name + "' in " + scale->file + " has dtype " + scale->dtype_name +
+                            "; block scales must be F32, BF16 or F16");
+  }
+  w->scale = scale->data;
+  w->scale_dtype = *scale->dtype;
+  return ok_status();
+}
+
+// A [rows, cols] matrix. `fp8` is the model's quantization_config for a Linear weight
+// that may be stored as F8_E4M3 (then its block scales are bound too), or nullptr for
+// one that is never quantised (embeddings, lm_head, the router).
+StatusOr<Weight2D> matrix(const ModelSource& ckpt, const std::string& name, int64_t rows, int64_t cols,
+                          const Fp8Config* fp8 = nullptr) {
   MOE_ASSIGN_OR_RETURN(const StoredTensor* view, get_checked(ckpt, name, {rows, cols}));
   Weight2D w;
   w.data = view->data;
   w.dtype = *view->dtype;
   w.rows = rows;
   w.cols = cols;
+  if (w.dtype == DType::kF8E4M3) {
+    if (fp8 == nullptr) {
+      return invalid_argument("tensor '" + name + "' in " + view->file +
+                              " is F8_E4M3, which only quantised Linear weights may be (not embeddings, "
+                              "lm_head or the router); supported here: F32, BF16, F16");
+    }
+    if (!fp8->enabled) {
+      return invalid_argument("tensor '" + name + "' in " + view->file +
+                              " is F8_E4M3 but config.json has no quantization_config (quant_method fp8) "
+                              "giving its block size");
+    }
+    MOE_RETURN_IF_ERROR(bind_fp8_scales(ckpt, name, *view, *fp8, &w));
+  }
   return w;
 }
 
 StatusOr<std::vector<float>> vector_f32(const ModelSource& ckpt, const std::string& name, int64_t n) {
   MOE_ASSIGN_OR_RETURN(const StoredTensor* view, get_checked(ckpt, name, {n}));
+  if (*view->dtype == DType::kF8E4M3) {
+    return invalid_argument("tensor '" + name + "' in " + view->file + " is F8_E4M3; vectors must be F32, BF16 or F16");
+  }
   std::vector<float> out(static_cast<size_t>(n));
   convert_to_f32(view->data, *view->dtype, out.data(), out.size());
   return out;
 }
 
 StatusOr<ExpertWeights> swiglu(const ModelSource& ckpt, const WeightNames& names, const std::string& prefix,
-                               int64_t hidden, int64_t inter) {
+                               int64_t hidden, int64_t inter, const Fp8Config& fp8) {
   ExpertWeights E;
-  MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, prefix + names.mlp_gate, inter, hidden));
-  MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, prefix + names.mlp_down, hidden, inter));
-  MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, prefix + names.mlp_up, inter, hidden));
+  MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, prefix + names.mlp_gate, inter, hidden, &fp8));
+  MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, prefix + names.mlp_down, hidden, inter, &fp8));
+  MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, prefix + names.mlp_up, inter, hidden, &fp8));
   E.loaded = true;
   return E;
 }
@@ -67,7 +114,7 @@ Status bind_mla(const ModelConfig& c, const ModelSource& ckpt, const WeightNames
                            std::to_string(m.qk_nope_head_dim) + ", qk_rope_head_dim " + std::to_string(m.qk_rope_head_dim);
   MlaWeights& w = layer->mla;
   auto bind = [&](Weight2D* out, const std::string& suffix, int64_t rows, int64_t cols, const std::string& fields) {
-    auto r = matrix(ckpt, names.layer(l, suffix), rows, cols);
+    auto r = matrix(ckpt, names.layer(l, suffix), rows, cols, &c.fp8);
     if (!r.ok()) return with_fields(r.status(), fields);
     *out = r.value();
     return ok_status();
@@ -104,7 +151,7 @@ Status bind_mlp_block(const ModelConfig& c, const ModelSource& ckpt, int l, cons
   LayerWeights& L = *layer;
   if (!c.is_moe_layer(l)) {
     MOE_ASSIGN_OR_RETURN(L.dense_mlp,
-                         swiglu(ckpt, names, names.layer(l, names.dense_mlp_prefix), hidden, c.intermediate_size));
+                         swiglu(ckpt, names, names.layer(l, names.dense_mlp_prefix), hidden, c.intermediate_size, c.fp8));
     return ok_status();
   }
   MOE_ASSIGN_OR_RETURN(L.router, matrix(ckpt, names.layer(l, names.router), c.router.num_experts, hidden));
@@ -113,7 +160,7 @@ Status bind_mlp_block(const ModelConfig& c, const ModelSource& ckpt, int l, cons
   }
   if (c.shared_expert_intermediate_size > 0) {
     MOE_ASSIGN_OR_RETURN(L.shared_expert, swiglu(ckpt, names, names.layer(l, names.shared_expert_prefix), hidden,
-                                                 c.shared_expert_intermediate_size));
+                                                 c.shared_expert_intermediate_size, c.fp8));
   }
   if (c.shared_expert_gate) {
     MOE_ASSIGN_OR_RETURN(L.shared_expert_gate, matrix(ckpt, names.layer(l, names.shared_expert_gate), 1, hidden));
@@ -131,9 +178,9 @@ Status bind_expert(const ModelConfig& c, const ModelSource& ckpt, int l, int e, 
   const int64_t hidden = c.hidden_size;
   const int64_t inter = c.moe_intermediate_size;
   ExpertWeights E;
-  MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, names.expert(l, e, names.expert_w1), inter, hidden));
-  MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, names.expert(l, e, names.expert_w2), hidden, inter));
-  MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, names.expert(l, e, names.expert_w3), inter, hidden));
+  MOE_ASSIGN_OR_RETURN(E.w1, matrix(ckpt, names.expert(l, e, names.expert_w1), inter, hidden, &c.fp8));
+  MOE_ASSIGN_OR_RETURN(E.w2, matrix(ckpt, names.expert(l, e, names.expert_w2), hidden, inter, &c.fp8));
+  MOE_ASSIGN_OR_RETURN(E.w3, matrix(ckpt, names.expert(l, e, names.expert_w3), inter, hidden, &c.fp8));
   E.loaded = true;
   *expert = E;
   return ok_status();
@@ -159,10 +206,10 @@ StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const ModelSource& ckp
       MOE_RETURN_IF_ERROR(bind_mlp_block(c, ckpt, l, want_expert, &L));
       continue;
     }
-    MOE_ASSIGN_OR_RETURN(L.q_proj, matrix(ckpt, names.layer(l, names.q_proj), q_dim, hidden));
-    MOE_ASSIGN_OR_RETURN(L.k_proj, matrix(ckpt, names.layer(l, names.k_proj), kv_dim, hidden));
-    MOE_ASSIGN_OR_RETURN(L.v_proj, matrix(ckpt, names.layer(l, names.v_proj), kv_dim, hidden));
-    MOE_ASSIGN_OR_RETURN(L.o_proj, matrix(ckpt, names.layer(l, names.o_proj), hidden, q_dim));
+    MOE_ASSIGN_OR_RETURN(L.q_proj, matrix(ckpt, names.layer(l, names.q_proj), q_dim, hidden, &c.fp8));
+    MOE_ASSIGN_OR_RETURN(L.k_proj, matrix(ckpt, names.layer(l, names.k_proj), kv_dim, hidden, &c.fp8));
+    MOE_ASSIGN_OR_RETURN(L.v_proj, matrix(ckpt, names.layer(l, names.v_proj), kv_dim, hidden, &c.fp8));
+    MOE_ASSIGN_OR_RETURN(L.o_proj, matrix(ckpt, names.layer(l, names.o_proj), hidden, q_dim, &c.fp8));
     if (c.attention_qkv_bias) {
       MOE_ASSIGN_OR_RETURN(L.q_bias, vector_f32(ckpt, names.layer(l, names.q_bias), q_dim));
       MOE_ASSIGN_OR_RETURN(L.k_bias, vector_f32(ckpt, names.layer(l, names.k_bias), kv_dim));

@@ -1,7 +1,10 @@
 // The decoder's weights, bound by name from a model source (model_source.h) and checked against the config.
 //
 // Matrices stay in the mapped files in their stored dtype (no f32 copies); the small
-// 1-D norm weights are converted to f32 vectors.
+// 1-D norm weights are converted to f32 vectors. An F8_E4M3 Linear weight (a model with
+// quantization_config, ModelConfig::fp8) is bound with its `<name>_scale_inv` block
+// scales (Weight2D::scale, pointing into the same source); embeddings, lm_head, the
+// router and vectors are never F8.
 #pragma once
 
 #include <functional>
@@ -16,12 +19,17 @@
 
 namespace moe {
 
+// The block scales of an F8_E4M3 weight are the tensor `<weight name>` + this suffix
+// (DeepSeek-V3: "model.layers.3.mlp.experts.7.down_proj.weight_scale_inv").
+inline constexpr const char kFp8ScaleSuffix[] = "_scale_inv";
+
 // One SwiGLU expert or MLP: out = w2(silu(w1 x) * w3 x).
 struct ExpertWeights {
   Weight2D w1;  // gate_proj [intermediate, hidden]
   Weight2D w2;  // down_proj [hidden, intermediate]
   Weight2D w3;  // up_proj   [intermediate, hidden]
   bool loaded = false;  // false for experts that live on another rank
+  // Everything the expert's matrices occupy, FP8 block scales included.
   size_t bytes() const { return w1.bytes() + w2.bytes() + w3.bytes(); }
 };
 
@@ -72,7 +80,11 @@ using ExpertFilter = std::function<bool(int layer, int expert)>;
 // Errors (NotFound for a missing tensor, FailedPrecondition for a wanted expert the
 // source did not load, InvalidArgument for a wrong shape or an unsupported dtype) name
 // the tensor, its file, and the expected vs found shape (for MLA tensors, with the
-// config fields that imply it).
+// config fields that imply it); for F8_E4M3 weights: NotFound for a missing
+// `<name>_scale_inv`, InvalidArgument for a scale of the wrong block shape (expected vs
+// found, with the block size of quantization_config), a scale of a non-float dtype, or
+// an F8 weight where the config has no quantization_config or the tensor is never
+// quantised.
 StatusOr<ModelWeights> bind_weights(const ModelConfig& config, const ModelSource& source,
                                     const ExpertFilter& want_expert = nullptr);
 

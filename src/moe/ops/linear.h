@@ -1,4 +1,5 @@
-// y = x W^T, the projection of every Linear layer, for weights in f32/bf16/f16.
+// y = x W^T, the projection of every Linear layer, for weights in f32/bf16/f16, or fp8
+// e4m3 with block scales (Weight2D::scale; dequantised in the kernel, linear_fp8_cpu.h).
 //
 //   x: [m, k] f32, contiguous (m tokens); w: [n, k] (Weight2D, stored dtype, mapped from
 //   the checkpoint); y: [m, n] f32, contiguous, overwritten (must not alias x).

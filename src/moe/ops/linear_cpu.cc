@@ -9,6 +9,7 @@
 
 #include "moe/core/check.h"
 #include "moe/ops/blas_threads.h"
+#include "moe/ops/linear_fp8_cpu.h"
 
 namespace moe {
 namespace {
@@ -123,6 +124,7 @@ void gemv_range(const float* x, int64_t m, const Weight2D& w, float* y, int64_t 
     case DType::kF32: gemv_dispatch_m<DType::kF32>(x, m, w, y, r0, r1); break;
     case DType::kBF16: gemv_dispatch_m<DType::kBF16>(x, m, w, y, r0, r1); break;
     case DType::kF16: gemv_dispatch_m<DType::kF16>(x, m, w, y, r0, r1); break;
+    case DType::kF8E4M3: gemv_fp8_range(LinearJob{x, m, &w, y}, r0, r1); break;
   }
 }
 
@@ -149,6 +151,11 @@ void gemv_invariant_range(const float* x, int64_t m, const Weight2D& w, float* y
     case DType::kF32: gemv_invariant<DType::kF32>(x, m, w, y, r0, r1); break;
     case DType::kBF16: gemv_invariant<DType::kBF16>(x, m, w, y, r0, r1); break;
     case DType::kF16: gemv_invariant<DType::kF16>(x, m, w, y, r0, r1); break;
+    case DType::kF8E4M3:  // a token's sum does not depend on m (linear_fp8_cpu.h)
+      for (int64_t t0 = 0; t0 < m; t0 += 4) {
+        gemv_fp8_range(LinearJob{x + t0 * w.cols, std::min<int64_t>(4, m - t0), &w, y + t0 * w.rows}, r0, r1);
+      }
+      break;
   }
 }
 
@@ -192,7 +199,7 @@ void run_item(const LinearJob& job, int64_t r0, int64_t r1, Mode mode, std::vect
     wf = reinterpret_cast<const float*>(w.row(r0));
   } else {
     if (scratch->size() < static_cast<size_t>(rows * k)) scratch->resize(static_cast<size_t>(rows * k));
-    convert_to_f32(w.row(r0), w.dtype, scratch->data(), static_cast<size_t>(rows * k));
+    dequantize_rows_f32(w, r0, r1, scratch->data());  // bf16/f16 converted, fp8 times its scales
     wf = scratch->data();
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(job.m), static_cast<int>(rows),
@@ -246,9 +253,7 @@ void linear_many_impl(const LinearJob* jobs, size_t num_jobs, Mode mode) {
 
 float dot_row(const float* x, const Weight2D& w, int64_t r) {
   float y = 0;
-  Weight2D one = w;
-  one.data = w.row(r);
-  one.rows = 1;
+  const Weight2D one = row_block(w, r, 1);  // an FP8 row keeps its block row of scales
   gemv_range(x, 1, one, &y, 0, 1);
   return y;
 }

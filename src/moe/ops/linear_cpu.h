@@ -7,7 +7,9 @@
 // weight row once for all m tokens and converts bf16/f16 in registers: decode is bound
 // by weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
 // Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
-// OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32. With
+// OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32. FP8 weights
+// (with block scales) take linear_fp8_cpu.h's GEMV, and the same sgemm path on row
+// blocks dequantised with their scales. With
 // KernelOptions::batch_invariant every m runs the GEMV kernel in groups of <= 4 tokens.
 // Rows of W are split over OpenMP threads in fixed blocks; the result does not depend
 // on the thread count. Call from outside any OpenMP parallel region.

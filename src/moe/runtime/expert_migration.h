@@ -3,7 +3,8 @@
 //
 // For every (MoE layer, expert) that the next placement puts on a rank which does not
 // hold it now, the lowest rank holding it now sends all three tensors of the expert
-// (w1, w2, w3 together: a dtype/size header, the bytes, an XXH3-64 checksum) point to
+// (w1, w2, w3 together, each with its FP8 block scales if it has them: a header of
+// dtypes, scale dtypes, block sizes and size, the bytes, an XXH3-64 checksum) point to
 // point; the receiver verifies sizes and checksum into a buffer it owns. Transfers run
 // in one global order on every rank (no deadlock: the earliest pending transfer always
 // has both ends waiting on it). Then all ranks agree (allreduce) whether every transfer

@@ -1,8 +1,12 @@
 #include "moe/tensor/dtype.h"
 
+#include "moe/tensor/fp8_simd.h"
+
 #include <immintrin.h>
 
 #include <cmath>
+#include <limits>
+#include <utility>
 
 namespace moe {
 
@@ -11,6 +15,7 @@ const char* dtype_name(DType dtype) {
     case DType::kF32: return "F32";
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -19,8 +24,36 @@ std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "BF16") return DType::kBF16;
   if (name == "F16") return DType::kF16;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
   return std::nullopt;
 }
+
+namespace {
+
+// Decodes one float8_e4m3fn code from its fields (the format's definition, not a bit trick).
+constexpr float decode_f8e4m3(unsigned v) {
+  const unsigned exp = (v >> 3) & 0xfu, mant = v & 7u;
+  float mag = 0;
+  if (exp == 0xfu && mant == 7u) {
+    mag = std::numeric_limits<float>::quiet_NaN();
+  } else if (exp == 0) {
+    mag = static_cast<float>(mant) / 512.0f;  // subnormal: mant * 2^-9
+  } else {
+    mag = 1.0f + static_cast<float>(mant) / 8.0f;
+    for (unsigned e = exp; e > 7; --e) mag *= 2.0f;
+    for (unsigned e = exp; e < 7; ++e) mag /= 2.0f;
+  }
+  return (v & 0x80u) ? -mag : mag;
+}
+
+template <size_t... I>
+constexpr std::array<float, 256> make_f8_table(std::index_sequence<I...>) {
+  return {decode_f8e4m3(I)...};
+}
+
+}  // namespace
+
+const std::array<float, 256> kF8E4M3ToF32 = make_f8_table(std::make_index_sequence<256>{});
 
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -69,6 +102,12 @@ void convert_to_f32(const void* src, DType dtype, float* dst, size_t n) {
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
       }
       for (; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, f8e4m3x8_to_f32(s + i));
+      for (; i < n; ++i) dst[i] = kF8E4M3ToF32[s[i]];
       return;
     }
   }

@@ -16,14 +16,6 @@ TensorView vec_view(const std::vector<float>& v) {
   return TensorView::f32(v.data(), {static_cast<int64_t>(v.size())});
 }
 
-// A sub-matrix of rows [row0, row0 + rows) of w (same dtype, in place).
-Weight2D row_block(const Weight2D& w, int64_t row0, int64_t rows) {
-  Weight2D b = w;
-  b.data = w.row(row0);
-  b.rows = rows;
-  return b;
-}
-
 }  // namespace
 
 bool mla_prefers_naive(const ModelConfig& c, int64_t start_pos, int64_t n) {
@@ -65,7 +57,8 @@ MlaAttention::MlaAttention(const ModelConfig& config, const ModelWeights& weight
     float* dst = t.view().data_as<float>();
     for (int h = 0; h < heads_; ++h) {
       for (int j = 0; j < nope_; ++j) {
-        convert_to_f32(kvb.row(static_cast<int64_t>(h) * (nope_ + v_dim_) + j), kvb.dtype, row.data(), row.size());
+        const int64_t r = static_cast<int64_t>(h) * (nope_ + v_dim_) + j;
+        dequantize_rows_f32(kvb, r, r + 1, row.data());  // FP8: times its block scales
         for (int c = 0; c < lora_; ++c) dst[(static_cast<int64_t>(h) * lora_ + c) * nope_ + j] = row[static_cast<size_t>(c)];
       }
     }
