@@ -301,10 +301,11 @@ TEST(DTypeTest, ParseAndName) {
   EXPECT_EQ(parse_dtype("F32"), DType::kF32);
   EXPECT_EQ(parse_dtype("BF16"), DType::kBF16);
   EXPECT_EQ(parse_dtype("F16"), DType::kF16);
-  for (const char* bad : {"I64", "F64", "F8_E4M3", "f32", "bf16", "", "F32 ", "BOOL"}) {
+  EXPECT_EQ(parse_dtype("F8_E4M3"), DType::kF8E4M3);
+  for (const char* bad : {"I64", "F64", "F8_E5M2", "f32", "bf16", "", "F32 ", "BOOL"}) {
     EXPECT_FALSE(parse_dtype(bad).has_value()) << "'" << bad << "'";
   }
-  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}) {
     EXPECT_EQ(parse_dtype(dtype_name(dt)), dt);
   }
   EXPECT_STREQ(dtype_name(DType::kBF16), "BF16");
