@@ -332,7 +332,12 @@ TEST_F(SupervisedServiceTest, RecoveringWhileDownAcceptsRequestsAndResumesThem) 
   expect_complete(before, "JULIET:", 0, 40);
   expect_complete(during, "HAMLET:", 0, 10);
   EXPECT_EQ(service_->health().state, "ok");
-  EXPECT_EQ(service_->snapshot().replayed_requests, 1);  // HAMLET was never sent before
+  // JULIET is replayed. HAMLET normally waits for the new group (never sent before),
+  // but under load its first attempt can reach the dying group and be replayed too
+  // (seen once under ASan in CI-like load): 1 or 2, never 0.
+  const int64_t replayed = service_->snapshot().replayed_requests;
+  EXPECT_GE(replayed, 1);
+  EXPECT_LE(replayed, 2);
 }
 
 TEST_F(SupervisedServiceTest, ShutdownStopsAdmittingAndRunReturnsOnceRequestsFinish) {
