@@ -64,6 +64,18 @@ MlaAttention::MlaAttention(const ModelConfig& config, const ModelWeights& weight
     }
     wuk_t_.push_back(std::move(t));
   }
+  // Per layer and head, the absorbed path's two projections as weight views, built once.
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    std::vector<Weight2D> uk, uv;
+    for (int h = 0; h < heads_; ++h) {
+      uk.push_back(Weight2D{wuk_t_[l].view().data_as<float>() + static_cast<int64_t>(h) * lora_ * nope_, DType::kF32,
+                            lora_, nope_});
+      uv.push_back(row_block(weights.layers[l].mla.kv_b_proj, static_cast<int64_t>(h) * (nope_ + v_dim_) + nope_, v_dim_));
+    }
+    wuk_heads_.push_back(std::move(uk));
+    wuv_heads_.push_back(std::move(uv));
+  }
+  jobs_.resize(static_cast<size_t>(heads_));
 }
 
 void MlaAttention::reserve(int64_t max_tokens, int64_t max_segments) {
@@ -80,6 +92,7 @@ void MlaAttention::reserve(int64_t max_tokens, int64_t max_segments) {
     max_tokens_ = max_tokens;
   }
   seqs_.reserve(static_cast<size_t>(max_segments));
+  absorbed_.reserve(static_cast<size_t>(max_segments));
 }
 
 void MlaAttention::project_queries(const LayerWeights& L, const float* x, int64_t m) {
@@ -129,7 +142,6 @@ void MlaAttention::write_cache(int layer, const AttentionBatch& batch) {
 void MlaAttention::attend_absorbed(int layer, const AttentionBatch& batch, const RowSegment* segs, size_t n) {
   int64_t m = 0;
   for (size_t i = 0; i < n; ++i) m = std::max(m, segs[i].row0 + segs[i].n);
-  const MlaWeights& w = weights_.layers[static_cast<size_t>(layer)].mla;
   const int64_t lr = lora_ + rope_dim_;
   const int64_t gstride = max_tokens_ * std::max(lora_, nope_);
   const int64_t sstride = max_tokens_ * std::max(lora_, v_dim_);
@@ -140,17 +152,14 @@ void MlaAttention::attend_absorbed(int layer, const AttentionBatch& batch, const
   float* g = gather_.view().data_as<float>();
   float* sc = scatter_.view().data_as<float>();
   // 1. q_abs = [q_nope W_UK | q_rope] per head, over rows [0, m).
-  std::vector<Weight2D> wuk(static_cast<size_t>(heads_));
-  std::vector<LinearJob> jobs(static_cast<size_t>(heads_));
+  const std::vector<Weight2D>& wuk = wuk_heads_[static_cast<size_t>(layer)];
+  const std::vector<Weight2D>& wuv = wuv_heads_[static_cast<size_t>(layer)];
   for (int h = 0; h < heads_; ++h) {
     float* gh = g + h * gstride;
     for (int64_t t = 0; t < m; ++t) std::memcpy(gh + t * nope_, q + (t * heads_ + h) * qk_, sizeof(float) * nope_);
-    wuk[static_cast<size_t>(h)] = Weight2D{wuk_t_[static_cast<size_t>(layer)].view().data_as<float>() +
-                                               static_cast<int64_t>(h) * lora_ * nope_,
-                                           DType::kF32, lora_, nope_};
-    jobs[static_cast<size_t>(h)] = LinearJob{gh, m, &wuk[static_cast<size_t>(h)], sc + h * sstride};
+    jobs_[static_cast<size_t>(h)] = LinearJob{gh, m, &wuk[static_cast<size_t>(h)], sc + h * sstride};
   }
-  linear_many(jobs.data(), jobs.size(), kernel_);
+  linear_many(jobs_.data(), jobs_.size(), kernel_);
   for (int64_t t = 0; t < m; ++t) {
     for (int h = 0; h < heads_; ++h) {
       float* dst = q_abs + (t * heads_ + h) * lr;
@@ -169,14 +178,12 @@ void MlaAttention::attend_absorbed(int layer, const AttentionBatch& batch, const
   mla_latent_attention(seqs_.data(), seqs_.size(), latent_rows(layer, batch),
                        MlaAttentionShape{heads_, static_cast<int>(lr), lora_, scale_});
   // 3. attn = o_lat W_UV^T per head.
-  std::vector<Weight2D> wuv(static_cast<size_t>(heads_));
   for (int h = 0; h < heads_; ++h) {
     float* gh = g + h * gstride;
     for (int64_t t = 0; t < m; ++t) std::memcpy(gh + t * lora_, o_lat + (t * heads_ + h) * lora_, sizeof(float) * lora_);
-    wuv[static_cast<size_t>(h)] = row_block(w.kv_b_proj, static_cast<int64_t>(h) * (nope_ + v_dim_) + nope_, v_dim_);
-    jobs[static_cast<size_t>(h)] = LinearJob{gh, m, &wuv[static_cast<size_t>(h)], sc + h * sstride};
+    jobs_[static_cast<size_t>(h)] = LinearJob{gh, m, &wuv[static_cast<size_t>(h)], sc + h * sstride};
   }
-  linear_many(jobs.data(), jobs.size(), kernel_);
+  linear_many(jobs_.data(), jobs_.size(), kernel_);
   for (size_t i = 0; i < n; ++i) {
     const RowSegment& r = segs[i];
     for (int64_t t = r.row0; t < r.row0 + r.n; ++t) {
@@ -243,7 +250,7 @@ void MlaAttention::forward(int layer, const TensorView& x, const AttentionBatch&
   }
   write_cache(layer, batch);
   // Which segments attend which way.
-  std::vector<RowSegment> absorbed;
+  absorbed_.clear();
   for (size_t i = 0; i < batch.num_segments; ++i) {
     const RowSegment& r = batch.segments[i];
     const bool naive = path_ == MlaPath::kNaive || (path_ == MlaPath::kAuto && !kernel_.batch_invariant &&
@@ -251,10 +258,10 @@ void MlaAttention::forward(int layer, const TensorView& x, const AttentionBatch&
     if (naive) {
       attend_naive(layer, batch, r);
     } else {
-      absorbed.push_back(r);
+      absorbed_.push_back(r);
     }
   }
-  if (!absorbed.empty()) attend_absorbed(layer, batch, absorbed.data(), absorbed.size());
+  if (!absorbed_.empty()) attend_absorbed(layer, batch, absorbed_.data(), absorbed_.size());
   linear(attn_.view().rows(0, m), L.o_proj, out, kernel_);
 }
 

@@ -24,6 +24,7 @@
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
 #include "moe/ops/kernel_options.h"
+#include "moe/ops/linear.h"
 #include "moe/ops/mla_attention.h"
 #include "moe/ops/rope.h"
 #include "moe/tensor/tensor.h"
@@ -87,6 +88,11 @@ class MlaAttention final : public AttentionBlock {
   Tensor scatter_; // [heads, max_tokens, max(kv_lora, v_head_dim)] their outputs
   std::vector<float> ctx_lat_, ctx_kv_, ctx_k_, ctx_v_;  // naive path, grown with the context
   std::vector<MlaSeq> seqs_;
+  // [layer][head]: W_UK^T (views into wuk_t_) and W_UV (row blocks of kv_b_proj, with
+  // their FP8 scales), the absorbed path's per-head projections; built once.
+  std::vector<std::vector<Weight2D>> wuk_heads_, wuv_heads_;
+  std::vector<LinearJob> jobs_;         // [heads], reused per call
+  std::vector<RowSegment> absorbed_;    // the step's absorbed segments (capacity max_segments)
 };
 
 }  // namespace moe
