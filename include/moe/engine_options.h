@@ -85,7 +85,7 @@ struct EngineOptions {
   // "auto" (default) takes per sequence and step the one with fewer multiply-adds (naive
   // for a fresh prompt, absorbed for decode), and absorbed throughout under
   // batch_invariant (docs/performance.md has the figures).
-  // Anything else: InvalidArgument from Engine::open. Ignored by GQA models.
+  // Anything else, or naive/absorbed for a GQA model: InvalidArgument from Engine::open.
   std::string mla_attention = "auto";
   // FP8 weights: dequant (default) or native. Native reads half the weight bytes per
   // decode token, but `moe bench fp8` measured the bf16 GEMV 1.6-2x faster per call on

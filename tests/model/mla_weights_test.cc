@@ -107,6 +107,11 @@ TEST_F(MlaWeightsTest, UnknownMlaAttentionPathIsRefused) {
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(engine.status().message(), "mla_attention 'fused'");
+  // Not silently ignored by a model without MLA.
+  engine = Engine::open({.model_dir = testing::tiny_model_dir(), .mla_attention = "naive"});
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(engine.status().message(), "model_type 'mixtral'");
 }
 
 }  // namespace

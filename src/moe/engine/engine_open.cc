@@ -227,6 +227,11 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   if (options.mla_attention != "auto" && options.mla_attention != "naive" && options.mla_attention != "absorbed") {
     return invalid_argument("mla_attention '" + options.mla_attention + "' is not one of auto, naive, absorbed");
   }
+  if (options.mla_attention != "auto" && !impl->config.mla.enabled()) {
+    return invalid_argument("mla_attention '" + options.mla_attention +
+                            "' applies to multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2); " + dir +
+                            " has model_type '" + impl->config.model_type + "'");
+  }
   if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
     return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
   }
