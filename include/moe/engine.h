@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moe/engine_options.h"
@@ -23,11 +24,37 @@ namespace moe {
 class ExpertLoadStats;  // src/moe/stats/expert_load_stats.h
 struct EngineCore;      // src/moe/engine/engine_core.h (internal)
 
+// Logits processing, in vLLM's order: logit_bias, then the penalties, then (unless
+// greedy) temperature, min_p, top_k, top_p. Values are validated by the engine
+// (src/moe/engine/request_validation.h); InvalidArgument names the field.
 struct SamplingParams {
   float temperature = 0.8f;       // 0 = greedy (argmax)
   int top_k = 40;                 // 0 = no limit
   float top_p = 0.95f;            // 1 = no nucleus filtering
+  // min_p (0 = off, <= 1): drop tokens whose probability is below min_p times the most
+  // likely token's (after temperature), as vLLM and llama.cpp.
+  float min_p = 0.0f;
+  // OpenAI / vLLM penalties on the raw logits. presence and frequency ([-2, 2], 0 =
+  // off) count the tokens generated so far: logit -= presence * (count > 0) +
+  // frequency * count. repetition (> 0, 1 = off; CTRL, Keskar et al. 2019, as vLLM and
+  // HF transformers) applies to tokens in the prompt or generated: a positive logit is
+  // divided by it, a negative one multiplied.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  // (token id, bias) pairs added to the logits before anything else (OpenAI
+  // logit_bias: ids in the vocabulary, bias in [-100, 100]).
+  std::vector<std::pair<int, float>> logit_bias{};
   std::optional<uint64_t> seed;   // same seed + same request = same tokens; unset = random
+};
+
+// Log-probabilities of one sampled (or prompt) token, from log_softmax of the logits
+// after logit_bias and the penalties, before temperature and truncation (vLLM's
+// default "raw logprobs" of the processed logits).
+struct TokenLogprob {
+  int token_id = 0;
+  float logprob = 0;                          // of token_id
+  std::vector<std::pair<int, float>> top{};   // the `logprobs` most likely (id, logprob), descending
 };
 
 struct GenerateRequest {

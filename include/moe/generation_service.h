@@ -23,6 +23,22 @@ struct SeqRequest {
   // output text, which is cut before it (finish_reason "stop"). At most 4, non-empty.
   std::vector<std::string> stop{};
   bool ignore_eos = false;              // keep generating past EOS (benchmarks)
+  // Tokens that end generation like EOS (vLLM stop_token_ids; the token is kept in
+  // token_ids but its text is not output). Ids in the vocabulary.
+  std::vector<int> stop_token_ids{};
+  // Log-probabilities (vLLM / OpenAI): -1 = off; k >= 0 = each generated token's
+  // logprob plus its k most likely alternatives (SeqEvent::logprobs). k <= 20.
+  int logprobs = -1;
+  // Same for the prompt's tokens (echo with logprobs): -1 = off; the first prompt token
+  // has no logprob (OpenAI gives null). Sent in the first event's prompt_logprobs.
+  int prompt_logprobs = -1;
+  // Constrained decoding (OpenAI response_format): "text" (none), "json_object" (any
+  // JSON object), or "json_schema" with `json_schema` the schema's JSON text. The
+  // output is valid JSON by construction (a grammar masks the logits each step), and
+  // generation stops at the end of the value. InvalidArgument (naming
+  // response_format) for a schema it cannot compile.
+  std::string response_format = "text";
+  std::string json_schema{};
   // A replay after a failure (the supervisor, src/moe/supervisor/): the tokens this
   // request had already generated and delivered. They are prefilled after the prompt as
   // if generated: they count toward max_tokens and completion_tokens, are not sent again
@@ -40,6 +56,11 @@ struct SeqRequest {
 struct SeqEvent {
   std::string text;             // text added since the previous event (may be empty)
   std::vector<int> token_ids;   // tokens added since the previous event
+  // With SeqRequest::logprobs >= 0: one entry per token in token_ids, in order.
+  std::vector<TokenLogprob> logprobs{};
+  // With SeqRequest::prompt_logprobs >= 0, in the first event only: one entry per
+  // prompt token (the first one's logprob is 0 and its top empty: nothing predicts it).
+  std::vector<TokenLogprob> prompt_logprobs{};
   bool finished = false;
   // When finished: "stop" (EOS or a stop string), "length" (max_tokens), "abort"
   // (cancelled, or the server shut down), "error" (engine failure; see `error`).
@@ -124,6 +145,22 @@ class GenerationService {
   virtual const ModelInfo& model_info() const = 0;
   // Token count of `text` as submit() would tokenize it (BOS included). Thread-safe.
   virtual int count_tokens(const std::string& text) const = 0;
+  // The tokenizer, for /tokenize, /detokenize and logprobs' token strings. Thread-safe.
+  // Default implementations (a fake service): Unimplemented / empty.
+  // `add_special_tokens` false: no BOS/EOS added.
+  virtual StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const {
+    (void)text; (void)add_special_tokens;
+    return unimplemented("tokenize is not supported by this service");
+  }
+  // Special tokens dropped, as the output text is. InvalidArgument for an id outside
+  // the vocabulary.
+  virtual StatusOr<std::string> detokenize(const std::vector<int>& ids) const {
+    (void)ids;
+    return unimplemented("detokenize is not supported by this service");
+  }
+  // The bytes token `id` stands for in text (may be a partial UTF-8 character), e.g.
+  // for logprobs' "token" strings; empty for special tokens and out-of-range ids.
+  virtual std::string token_bytes(int id) const { (void)id; return {}; }
 };
 
 }  // namespace moe

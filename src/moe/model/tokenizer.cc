@@ -58,6 +58,46 @@ std::vector<int> Tokenizer::encode(const std::string& text) const {
   return ids;
 }
 
+std::vector<int> Tokenizer::encode(const std::string& text, bool add_special_tokens) const {
+  if (add_special_tokens) return encode(text);
+  std::vector<int> ids;
+  sp_->Encode(text, &ids).IgnoreError();
+  return ids;
+}
+
+std::string Tokenizer::token_bytes(int id) const {
+  if (id < 0 || id >= vocab_size() || is_special(id)) return {};
+  if (sp_->IsByte(id)) {
+    // "<0xAB>"
+    const std::string piece = sp_->IdToPiece(id);
+    return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  }
+  std::string piece = sp_->IdToPiece(id);
+  static constexpr char kSpace[] = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+  std::string out;
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, 3, kSpace) == 0) {
+      out.push_back(' ');
+      i += 3;
+    } else {
+      out.push_back(piece[i++]);
+    }
+  }
+  return out;
+}
+
+bool Tokenizer::is_special(int id) const {
+  if (id < 0 || id >= vocab_size()) return false;
+  return sp_->IsControl(id) || sp_->IsUnknown(id);
+}
+
+int Tokenizer::token_to_id(const std::string& piece) const {
+  const int id = sp_->PieceToId(piece);
+  // PieceToId answers unk_id for an unknown piece.
+  if (id == sp_->unk_id() && piece != sp_->IdToPiece(id)) return -1;
+  return id;
+}
+
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
   std::vector<int> valid;
   valid.reserve(ids.size());

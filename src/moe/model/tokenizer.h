@@ -28,6 +28,19 @@ class Tokenizer {
 
   // Text -> ids, with BOS (and EOS) per tokenizer_config.
   std::vector<int> encode(const std::string& text) const;
+  // Text -> ids; BOS/EOS per tokenizer_config only when `add_special_tokens`.
+  std::vector<int> encode(const std::string& text, bool add_special_tokens) const;
+  // The bytes token `id` contributes to decoded text, resolved from the vocabulary's
+  // encoding ("\u2581" -> ' ', byte-fallback "<0x0A>" -> '\n'); may be part of a
+  // multi-byte UTF-8 character. Empty for special/control tokens and ids outside
+  // [0, vocab_size). (Decoding a sequence can differ at its start: SentencePiece drops
+  // the leading space of the first piece.)
+  std::string token_bytes(int id) const;
+  // True for control/special tokens (BOS, EOS, UNK, added special tokens): decode()
+  // drops them. False for ids outside the vocabulary.
+  bool is_special(int id) const;
+  // The id of a piece or special token by its text ("<s>", "<|im_end|>"); -1 if none.
+  int token_to_id(const std::string& piece) const;
   // Ids -> text; special tokens (BOS/EOS/UNK control pieces) are dropped.
   std::string decode(const std::vector<int>& ids) const;
   int vocab_size() const;
