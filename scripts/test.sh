@@ -20,12 +20,19 @@ if [ "${1:-}" = "--sanitize" ]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 fi
-# The official `openai` npm package, used by the serving e2e test (tests/e2e/node/).
-if [ ! -d "$BUILD/node/node_modules/openai" ]; then
-  echo "==> npm install openai@4 (into $BUILD/node)"
-  mkdir -p "$BUILD/node"
-  npm install --prefix "$BUILD/node" --no-audit --no-fund --loglevel=error openai@4 > /dev/null
-fi
+# npm packages the tests run under node (tests/e2e/node/, tests/model/node/,
+# tests/serve/node/): the official `openai` client; Hugging Face's tokenizers (the Rust
+# library's Node binding, and the pure-JS @huggingface/tokenizers) and @huggingface/jinja
+# as independent references for our tokenizer.json and chat-template implementations.
+NPM_PACKAGES=(openai@4 tokenizers@0.23.2 @huggingface/tokenizers@0.2.0 @huggingface/jinja@0.5.13)
+for pkg in "${NPM_PACKAGES[@]}"; do
+  if [ ! -d "$BUILD/node/node_modules/${pkg%@*}" ]; then
+    echo "==> npm install ${NPM_PACKAGES[*]} (into $BUILD/node)"
+    mkdir -p "$BUILD/node"
+    npm install --prefix "$BUILD/node" --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}" > /dev/null
+    break
+  fi
+done
 export MOE_NODE_MODULES="$PWD/$BUILD/node/node_modules"
 cmake -S . -B "$BUILD" -G Ninja "${FLAGS[@]}" > /dev/null
 cmake --build "$BUILD" -j"$(nproc)"
