@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <string>
 #include <tuple>
 #include <nlohmann/json.hpp>
 
@@ -28,32 +29,40 @@ struct Case {
   SamplingParams sp;
 };
 
+json case_json(const Case& c) {
+  return {{"logits", c.logits},
+          {"prompt", c.prompt},
+          {"output", c.output},
+          {"bias", c.sp.logit_bias},
+          {"repetition", c.sp.repetition_penalty},
+          {"frequency", c.sp.frequency_penalty},
+          {"presence", c.sp.presence_penalty},
+          {"temperature", c.sp.temperature},
+          {"min_p", c.sp.min_p},
+          {"top_k", c.sp.top_k},
+          {"top_p", c.sp.top_p}};
+}
+
 // Runs the torch reference on the cases; one JSON object per case.
-json reference(const std::vector<Case>& cases) {
+json run_reference(const std::vector<Case>& cases) {
   json in = {{"cases", json::array()}};
-  for (const Case& c : cases) {
-    in["cases"].push_back({{"logits", c.logits},
-                           {"prompt", c.prompt},
-                           {"output", c.output},
-                           {"bias", c.sp.logit_bias},
-                           {"repetition", c.sp.repetition_penalty},
-                           {"frequency", c.sp.frequency_penalty},
-                           {"presence", c.sp.presence_penalty},
-                           {"temperature", c.sp.temperature},
-                           {"min_p", c.sp.min_p},
-                           {"top_k", c.sp.top_k},
-                           {"top_p", c.sp.top_p}});
-  }
+  for (const Case& c : cases) in["cases"].push_back(case_json(c));
   const std::string dir = testing::make_temp_dir("logits_ref");
   testing::write_file(dir + "/in.json", in.dump());
   const auto r = testing::run_command("/usr/bin/python3 " + testing::source_dir() +
-                                      "/tests/engine/logits_processor_ref.py < " + dir + "/in.json");
+                                      "/tests/engine/logits_processor_ref.py < " + dir + "/in.json > " + dir +
+                                      "/out.json");
+  const std::string text = testing::read_file(dir + "/out.json");
   std::filesystem::remove_all(dir);
   EXPECT_EQ(r.exit_code, 0) << "the torch reference failed (needs /usr/bin/python3 with torch): " << r.output;
-  json out = json::parse(r.output, nullptr, false);
-  EXPECT_TRUE(out.is_array() && out.size() == cases.size()) << r.output;
-  return out;
+  json out = json::parse(text, nullptr, false);
+  EXPECT_TRUE(out.is_array() && out.size() == cases.size()) << r.output << text;
+  return out.is_array() ? out : json::array();
 }
+
+// The reference for `cases`, with every case the suite asks about computed in one
+// Python run (torch's import dominates): cases are keyed by their JSON.
+json reference(const std::vector<Case>& cases);
 
 std::vector<float> wavy(int n, double a, double b) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -87,6 +96,30 @@ std::vector<Case> penalty_cases() {
   return cases;
 }
 
+std::vector<Case> sampler_cases();
+std::vector<Case> logprob_cases();
+
+json reference(const std::vector<Case>& cases) {
+  static const std::map<std::string, json> by_case = [] {
+    std::vector<Case> all = penalty_cases();
+    for (auto* more : {&sampler_cases, &logprob_cases}) {
+      const std::vector<Case> m = more();
+      all.insert(all.end(), m.begin(), m.end());
+    }
+    const json ref = run_reference(all);
+    std::map<std::string, json> out;
+    for (size_t i = 0; i < all.size() && i < ref.size(); ++i) out[case_json(all[i]).dump()] = ref[i];
+    return out;
+  }();
+  json out = json::array();
+  for (const Case& c : cases) {
+    auto it = by_case.find(case_json(c).dump());
+    EXPECT_NE(it, by_case.end()) << "a case missing from the suite's reference run";
+    if (it != by_case.end()) out.push_back(it->second);
+  }
+  return out;
+}
+
 TEST(LogitsProcessorTest, BiasAndPenaltiesMatchTorchReference) {
   const std::vector<Case> cases = penalty_cases();
   const json ref = reference(cases);
@@ -116,9 +149,11 @@ TEST(LogitsProcessorTest, HandComputedRepetitionDividesPositiveMultipliesNegativ
   EXPECT_FALSE(off.active());
 }
 
+std::vector<Case> logprob_cases() { return {Case{.logits = wavy(40, 4.0, 0.9), .prompt = {0}, .output = {}, .sp = {}}}; }
+
 TEST(LogitsProcessorTest, LogprobsMatchTorchLogSoftmax) {
   const std::vector<float> logits = wavy(40, 4.0, 0.9);
-  const json ref = reference({Case{.logits = logits, .prompt = {0}, .output = {}, .sp = {}}});
+  const json ref = reference(logprob_cases());
   ASSERT_EQ(ref.size(), 1u);
   const auto want = ref[0]["logprobs"].get<std::vector<double>>();
   for (int token : {0, 7, 39}) {
@@ -171,7 +206,7 @@ TEST(LogitsProcessorTest, PromptLogprobsRowsPredictTheNextPromptToken) {
 
 // The sampler draws only the tokens the reference keeps, each about as often as its
 // renormalised probability.
-TEST(LogitsProcessorTest, TemperatureMinPTopKTopPKeepTheReferenceSet) {
+std::vector<Case> sampler_cases() {
   std::vector<Case> cases;
   Case c;
   c.logits = {2.0f, 1.6f, 0.3f, 1.1f, -0.5f, 0.9f, 1.8f, -2.0f, 0.1f, 1.35f};
@@ -186,6 +221,11 @@ TEST(LogitsProcessorTest, TemperatureMinPTopKTopPKeepTheReferenceSet) {
     c.output = {0, 6};
     cases.push_back(c);
   }
+  return cases;
+}
+
+TEST(LogitsProcessorTest, TemperatureMinPTopKTopPKeepTheReferenceSet) {
+  const std::vector<Case> cases = sampler_cases();
   const json ref = reference(cases);
   ASSERT_EQ(ref.size(), cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {

@@ -113,6 +113,12 @@ class SamplingParamsTest : public ::testing::Test {
     return r;
   }
   static std::vector<int> prompt_ids(const std::string& text) { return engine_->tokenize(text); }
+  // One request through a scheduler of its own, stopped before returning: the engine
+  // is never driven by two callers at once (reference runs use it in between).
+  static StatusOr<Outcome> serve(SeqRequest r, int max_batched_tokens = 64) {
+    Service svc(engine_, max_batched_tokens);
+    return svc.run(std::move(r));
+  }
   static Engine* engine_;
 };
 Engine* SamplingParamsTest::engine_ = nullptr;
@@ -128,10 +134,9 @@ TEST_F(SamplingParamsTest, RepetitionPenaltyChangesGreedyTextInBothPaths) {
   auto penalized = engine_->generate(g);
   ASSERT_TRUE(plain.ok() && penalized.ok());
   EXPECT_NE(plain->text, penalized->text);
-  Service svc(engine_);
   SeqRequest r = request(penalized->prompt_token_ids, 32);
   r.sampling.repetition_penalty = 2.0f;
-  auto s = svc.run(r);
+  auto s = serve(r);
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->tokens, penalized->output_token_ids);
 }
@@ -145,8 +150,7 @@ TEST_F(SamplingParamsTest, PenalizedGreedyIsArgmaxOfHandPenalizedReferenceLogits
   r.sampling.frequency_penalty = 0.6f;
   r.sampling.presence_penalty = 0.5f;
   r.sampling.logit_bias = {{prompt[2], 1.5f}, {prompt[3], -2.0f}};
-  Service svc(engine_);
-  auto s = svc.run(r);
+  auto s = serve(r);
   ASSERT_TRUE(s.ok()) << s.status().message();
   ASSERT_EQ(s->tokens.size(), 14u);
   std::vector<int> seq = prompt;
@@ -182,8 +186,7 @@ TEST_F(SamplingParamsTest, PenalizedGreedyIsArgmaxOfHandPenalizedReferenceLogits
 
 TEST_F(SamplingParamsTest, LogitBiasPlus100ForcesTheToken) {
   const std::vector<int> prompt = prompt_ids("ROMEO:");
-  Service svc(engine_);
-  auto plain = svc.run(request(prompt, 6));
+  auto plain = serve(request(prompt, 6));
   ASSERT_TRUE(plain.ok());
   const int forced = prompt.back();
   ASSERT_NE(std::count(plain->tokens.begin(), plain->tokens.end(), forced), 6);
@@ -192,7 +195,7 @@ TEST_F(SamplingParamsTest, LogitBiasPlus100ForcesTheToken) {
     r.sampling.temperature = temperature;
     r.sampling.seed = 4;
     r.sampling.logit_bias = {{forced, 100.0f}};
-    auto s = svc.run(r);
+    auto s = serve(r);
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(s->tokens, std::vector<int>(6, forced)) << "temperature " << temperature;
   }
@@ -200,17 +203,16 @@ TEST_F(SamplingParamsTest, LogitBiasPlus100ForcesTheToken) {
 
 TEST_F(SamplingParamsTest, MinPOneAtTemperatureOneEqualsGreedy) {
   const std::vector<int> prompt = prompt_ids("To be, or not to be");
-  Service svc(engine_);
-  auto greedy = svc.run(request(prompt, 20));
+  auto greedy = serve(request(prompt, 20));
   SeqRequest r = request(prompt, 20);
   r.sampling.temperature = 1.0f;
   r.sampling.top_k = 0;
   r.sampling.top_p = 1.0f;
   r.sampling.min_p = 1.0f;
   r.sampling.seed = 11;
-  auto m = svc.run(r);
+  auto m = serve(r);
   r.sampling.min_p = 0.0f;  // without min_p the same seed samples something else
-  auto sampled = svc.run(r);
+  auto sampled = serve(r);
   ASSERT_TRUE(greedy.ok() && m.ok() && sampled.ok());
   EXPECT_EQ(m->tokens, greedy->tokens);
   EXPECT_NE(sampled->tokens, greedy->tokens);
@@ -218,8 +220,7 @@ TEST_F(SamplingParamsTest, MinPOneAtTemperatureOneEqualsGreedy) {
 
 TEST_F(SamplingParamsTest, StopTokenIdsEndAtTheTokenWithoutItsText) {
   const std::vector<int> prompt = prompt_ids("ROMEO:");
-  Service svc(engine_);
-  auto plain = svc.run(request(prompt, 20));
+  auto plain = serve(request(prompt, 20));
   ASSERT_TRUE(plain.ok());
   // A token that first occurs a few tokens in.
   size_t at = 3;
@@ -231,9 +232,9 @@ TEST_F(SamplingParamsTest, StopTokenIdsEndAtTheTokenWithoutItsText) {
   const int stop = plain->tokens[at];
   SeqRequest r = request(prompt, 20);
   r.stop_token_ids = {stop};
-  auto s = svc.run(r);
-  auto before = svc.run(request(prompt, static_cast<int>(at)));         // the tokens before it, ended by length
-  auto through = svc.run(request(prompt, static_cast<int>(at) + 1));    // and with it
+  auto s = serve(r);
+  auto before = serve(request(prompt, static_cast<int>(at)));         // the tokens before it, ended by length
+  auto through = serve(request(prompt, static_cast<int>(at) + 1));    // and with it
   ASSERT_TRUE(s.ok() && before.ok() && through.ok());
   EXPECT_EQ(s->finish_reason, "stop");
   EXPECT_EQ(s->tokens, through->tokens);
@@ -242,7 +243,7 @@ TEST_F(SamplingParamsTest, StopTokenIdsEndAtTheTokenWithoutItsText) {
   EXPECT_NE(through->text, before->text);  // the stop token has text, which was not output
   // A replay whose resumed tokens include a stop token could not have happened.
   r.resume_token_ids = {plain->tokens.begin(), plain->tokens.begin() + static_cast<long>(at) + 1};
-  auto bad = svc.run(r);
+  auto bad = serve(r);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("is in stop_token_ids"), std::string::npos) << bad.status().message();
@@ -250,10 +251,9 @@ TEST_F(SamplingParamsTest, StopTokenIdsEndAtTheTokenWithoutItsText) {
 
 TEST_F(SamplingParamsTest, LogprobsEqualLogSoftmaxOfTheReferenceLogits) {
   const std::vector<int> prompt = prompt_ids("First Citizen:\nBefore we proceed");
-  Service svc(engine_);
   SeqRequest r = request(prompt, 10);
   r.logprobs = 5;
-  auto s = svc.run(r);
+  auto s = serve(r);
   ASSERT_TRUE(s.ok());
   ASSERT_EQ(s->logprobs.size(), 10u);
   EXPECT_EQ(s->events_with_prompt_logprobs, 0);
@@ -276,7 +276,7 @@ TEST_F(SamplingParamsTest, LogprobsEqualLogSoftmaxOfTheReferenceLogits) {
     seq.push_back(s->tokens[i]);
   }
   r.logprobs = 0;  // the token's own logprob only
-  auto bare = svc.run(r);
+  auto bare = serve(r);
   ASSERT_TRUE(bare.ok());
   ASSERT_EQ(bare->logprobs.size(), 10u);
   EXPECT_TRUE(bare->logprobs[3].top.empty());
@@ -289,9 +289,8 @@ TEST_F(SamplingParamsTest, PromptLogprobsEqualReferenceAlsoUnderChunkedPrefill) 
   ASSERT_GT(prompt.size(), 12u);
   SeqRequest r = request(prompt, 2);
   r.prompt_logprobs = 3;
-  Service whole(engine_, 256), chunked(engine_, 5);
-  auto a = whole.run(r);
-  auto b = chunked.run(r);
+  auto a = serve(r, 256);
+  auto b = serve(r, 5);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->events_with_prompt_logprobs, 1);
   EXPECT_EQ(b->events_with_prompt_logprobs, 1);
@@ -316,7 +315,7 @@ TEST_F(SamplingParamsTest, PromptLogprobsEqualReferenceAlsoUnderChunkedPrefill) 
     }
   }
   EXPECT_EQ(a->tokens, b->tokens);  // asking for prompt logprobs changes no token
-  auto plain = whole.run(request(prompt, 2));
+  auto plain = serve(request(prompt, 2));
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->tokens, a->tokens);
   EXPECT_EQ(plain->events_with_prompt_logprobs, 0);
@@ -332,29 +331,27 @@ TEST_F(SamplingParamsTest, ResumeRebuildsThePenaltyState) {
   r.sampling.frequency_penalty = 1.2f;
   r.sampling.repetition_penalty = 1.5f;
   r.sampling.min_p = 0.05f;
-  Service svc(engine_);
-  auto full = svc.run(r);
+  auto full = serve(r);
   ASSERT_TRUE(full.ok());
   ASSERT_EQ(full->tokens.size(), 18u);
   for (size_t k : {1u, 7u, 17u}) {
     SeqRequest resumed = r;
     resumed.resume_token_ids = {full->tokens.begin(), full->tokens.begin() + static_cast<long>(k)};
-    auto rest = svc.run(resumed);
+    auto rest = serve(resumed);
     ASSERT_TRUE(rest.ok()) << rest.status().message();
     EXPECT_EQ(rest->tokens, std::vector<int>(full->tokens.begin() + static_cast<long>(k), full->tokens.end())) << k;
   }
 }
 
 TEST_F(SamplingParamsTest, SchedulerRefusesBadValuesByName) {
-  Service svc(engine_);
   SeqRequest r = request(prompt_ids("ROMEO:"), 4);
   r.logprobs = 21;
-  auto a = svc.run(r);
+  auto a = serve(r);
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("logprobs"), std::string::npos);
   r.logprobs = -1;
   r.sampling.logit_bias = {{engine_->info().vocab_size, 1.0f}};
-  auto b = svc.run(r);
+  auto b = serve(r);
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("logit_bias"), std::string::npos);
   GenerateRequest g;
