@@ -1,6 +1,8 @@
 #include "moe/supervisor/worker_protocol.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +35,54 @@ Status get(const json& j, const char* key, T* out, const char* what) {
   return ok_status();
 }
 
+// A logprob as JSON: a number, or null for -inf (a token the logits rule out), which
+// JSON cannot write.
+json logprob_json(float lp) { return std::isfinite(lp) ? json(lp) : json(nullptr); }
+
+StatusOr<float> logprob_of(const json& j, const char* what) {
+  if (j.is_null()) return -std::numeric_limits<float>::infinity();
+  if (!j.is_number()) return invalid_argument(std::string("malformed ") + what + ": a logprob is not a number");
+  return j.get<float>();
+}
+
+// TokenLogprobs as [{"id":ID,"logprob":LP,"top":[[ID,LP],...]},...].
+json logprobs_json(const std::vector<TokenLogprob>& lps) {
+  json out = json::array();
+  for (const TokenLogprob& lp : lps) {
+    json top = json::array();
+    for (const auto& [id, v] : lp.top) top.push_back(json::array({id, logprob_json(v)}));
+    out.push_back({{"id", lp.token_id}, {"logprob", logprob_json(lp.logprob)}, {"top", std::move(top)}});
+  }
+  return out;
+}
+
+Status get_logprobs(const json& j, const char* key, std::vector<TokenLogprob>* out, const char* what) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok_status();
+  const std::string field = std::string(what) + " field '" + key + "'";
+  if (!it->is_array()) return invalid_argument("malformed " + field + ": not an array");
+  for (const json& e : *it) {
+    if (!e.is_object() || !e.contains("id") || !e["id"].is_number_integer() || !e.contains("logprob")) {
+      return invalid_argument("malformed " + field + ": an entry is not {\"id\",\"logprob\",\"top\"}");
+    }
+    TokenLogprob lp;
+    lp.token_id = e["id"].get<int>();
+    MOE_ASSIGN_OR_RETURN(lp.logprob, logprob_of(e["logprob"], field.c_str()));
+    if (e.contains("top")) {
+      if (!e["top"].is_array()) return invalid_argument("malformed " + field + ": 'top' is not an array");
+      for (const json& t : e["top"]) {
+        if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer()) {
+          return invalid_argument("malformed " + field + ": a 'top' entry is not [id, logprob]");
+        }
+        MOE_ASSIGN_OR_RETURN(float v, logprob_of(t[1], field.c_str()));
+        lp.top.emplace_back(t[0].get<int>(), v);
+      }
+    }
+    out->push_back(std::move(lp));
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 std::string encode_request(const SeqRequest& r) {
@@ -42,8 +92,18 @@ std::string encode_request(const SeqRequest& r) {
             {"temperature", r.sampling.temperature},
             {"top_k", r.sampling.top_k},
             {"top_p", r.sampling.top_p},
+            {"min_p", r.sampling.min_p},
+            {"presence_penalty", r.sampling.presence_penalty},
+            {"frequency_penalty", r.sampling.frequency_penalty},
+            {"repetition_penalty", r.sampling.repetition_penalty},
+            {"logit_bias", r.sampling.logit_bias},
             {"stop", r.stop},
             {"ignore_eos", r.ignore_eos},
+            {"stop_token_ids", r.stop_token_ids},
+            {"logprobs", r.logprobs},
+            {"prompt_logprobs", r.prompt_logprobs},
+            {"response_format", r.response_format},
+            {"json_schema", r.json_schema},
             {"resume_token_ids", r.resume_token_ids}};
   if (r.sampling.seed) j["seed"] = *r.sampling.seed;
   return dump(j);
@@ -59,8 +119,18 @@ StatusOr<SeqRequest> decode_request(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "temperature", &r.sampling.temperature, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "top_k", &r.sampling.top_k, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "top_p", &r.sampling.top_p, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "min_p", &r.sampling.min_p, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "presence_penalty", &r.sampling.presence_penalty, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "frequency_penalty", &r.sampling.frequency_penalty, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "repetition_penalty", &r.sampling.repetition_penalty, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "logit_bias", &r.sampling.logit_bias, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "stop", &r.stop, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "ignore_eos", &r.ignore_eos, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "stop_token_ids", &r.stop_token_ids, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "logprobs", &r.logprobs, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "prompt_logprobs", &r.prompt_logprobs, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "response_format", &r.response_format, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "json_schema", &r.json_schema, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "resume_token_ids", &r.resume_token_ids, kWhat));
   if (j.contains("seed") && !j["seed"].is_null()) {
     uint64_t seed = 0;
@@ -78,6 +148,8 @@ std::string encode_event(const SeqEvent& e) {
             {"completion_tokens", e.completion_tokens}};
   if (e.finished) j["finish_reason"] = e.finish_reason;
   if (!e.error.empty()) j["error"] = e.error;
+  if (!e.logprobs.empty()) j["logprobs"] = logprobs_json(e.logprobs);
+  if (!e.prompt_logprobs.empty()) j["prompt_logprobs"] = logprobs_json(e.prompt_logprobs);
   return dump(j);
 }
 
@@ -92,6 +164,8 @@ StatusOr<SeqEvent> decode_event(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "error", &e.error, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "prompt_tokens", &e.prompt_tokens, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "completion_tokens", &e.completion_tokens, kWhat));
+  MOE_RETURN_IF_ERROR(get_logprobs(j, "logprobs", &e.logprobs, kWhat));
+  MOE_RETURN_IF_ERROR(get_logprobs(j, "prompt_logprobs", &e.prompt_logprobs, kWhat));
   if (e.finished && e.finish_reason.empty()) return invalid_argument("malformed event: finished without finish_reason");
   return e;
 }
