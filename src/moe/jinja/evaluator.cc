@@ -366,7 +366,12 @@ class Evaluator {
       case Expr::Kind::kFilter: {
         const Value input = eval(*e.c[0], scope);
         CallArgs a = eval_args(e, scope);
-        return apply_filter(e.name, input, a, e.line);
+        try {
+          return apply_filter(e.name, input, a, e.line);
+        } catch (JinjaError& err) {
+          if (err.line == 0) err.line = e.line;  // raised below without a position (e.g. tojson)
+          throw;
+        }
       }
       case Expr::Kind::kTest: {
         const Value input = eval(*e.c[0], scope);

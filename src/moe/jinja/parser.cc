@@ -65,7 +65,13 @@ class Parser {
     for (;;) {
       const Token& t = peek();
       if (t.type == T::kEof) {
-        if (!ends.empty()) fail("missing {% " + *ends.begin() + " %} before the end of the template", t.line);
+        if (!ends.empty()) {
+          std::string closing = *ends.begin();
+          for (const std::string& e : ends) {
+            if (e.rfind("end", 0) == 0) closing = e;
+          }
+          fail("missing {% " + closing + " %} before the end of the template", t.line);
+        }
         return body;
       }
       if (t.type == T::kText) {
@@ -348,15 +354,17 @@ class Parser {
     }
     return e;
   }
-  ExprPtr parse_unary() {
+  // Jinja: `-x | f` is f(-x): a sign binds tighter than the filters that follow.
+  ExprPtr parse_unary(bool with_filters = true) {
+    ExprPtr e;
     if (is_op("-") || is_op("+")) {
-      auto u = make(Expr::Kind::kUnary, peek().line);
-      u->name = next().text;
-      u->c.push_back(parse_unary());
-      return u;
+      e = make(Expr::Kind::kUnary, peek().line);
+      e->name = next().text;
+      e->c.push_back(parse_unary(false));
+    } else {
+      e = parse_postfix(parse_primary());
     }
-    ExprPtr e = parse_postfix(parse_primary());
-    return parse_filters(std::move(e));
+    return with_filters ? parse_filters(std::move(e)) : std::move(e);
   }
 
   // Arguments after "(": positional then keyword; consumes ")".
