@@ -430,7 +430,7 @@ Value call_global(const std::string& name, CallArgs& a, int64_t now_unix, int li
     return Value::array(std::move(out));
   }
   if (name == "strftime_now") {
-    const std::string& fmt = need_string(arg(a, 0, "format"), "strftime_now()", line);
+    const std::string fmt = need_string(arg(a, 0, "format"), "strftime_now()", line);
     const std::time_t t = static_cast<std::time_t>(now_unix);
     std::tm tm{};
     gmtime_r(&t, &tm);
