@@ -1,7 +1,7 @@
 // A chat request through a real Jinja chat template (Mixtral-8x7B-Instruct-v0.1's, from
 // tests/data/chat_templates/): the server renders it, tokenizes the text without adding
 // BOS again (the template wrote "<s>"), and answers a template's raise_exception() with a
-// 400 naming "messages".
+// 400 naming "messages"; a service that cannot tokenize gets a 500, nothing submitted.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -26,6 +26,20 @@ std::string read_template(const std::string& name) {
   return ss.str();
 }
 
+// FakeService without tokenize() (GenerationService's default: Unimplemented).
+class NoTokenizeService final : public GenerationService {
+ public:
+  explicit NoTokenizeService(testing::FakeService* inner) : inner_(inner) {}
+  StatusOr<uint64_t> submit(SeqRequest request, SeqSink sink) override { return inner_->submit(std::move(request), std::move(sink)); }
+  void cancel(uint64_t id) override { inner_->cancel(id); }
+  ServiceSnapshot snapshot() const override { return inner_->snapshot(); }
+  const ModelInfo& model_info() const override { return inner_->model_info(); }
+  int count_tokens(const std::string& text) const override { return inner_->count_tokens(text); }
+
+ private:
+  testing::FakeService* inner_;
+};
+
 class ChatJinjaHttpTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -36,19 +50,23 @@ class ChatJinjaHttpTest : public ::testing::Test {
     o.port = 0;
     o.served_model_name = "fake";
     o.chat_template = t.value();
-    server_ = std::make_unique<HttpServer>(service_, std::move(o));
+    server_ = std::make_unique<HttpServer>(service_, o);
+    no_tokenize_server_ = std::make_unique<HttpServer>(no_tokenize_, std::move(o));
     Status st = server_->start();
     ASSERT_TRUE(st.ok()) << st.message();
+    st = no_tokenize_server_->start();
+    ASSERT_TRUE(st.ok()) << st.message();
   }
-  httplib::Result chat(const json& messages) {
-    httplib::Client c("127.0.0.1", server_->port());
+  httplib::Result chat(const json& messages, HttpServer* server = nullptr) {
+    httplib::Client c("127.0.0.1", (server ? server : server_.get())->port());
     c.set_read_timeout(10, 0);
     const json body = {{"model", "fake"}, {"messages", messages}, {"max_tokens", 2}};
     return c.Post("/v1/chat/completions", body.dump(), "application/json");
   }
 
   testing::FakeService service_{256};
-  std::unique_ptr<HttpServer> server_;
+  NoTokenizeService no_tokenize_{&service_};
+  std::unique_ptr<HttpServer> server_, no_tokenize_server_;
 };
 
 TEST_F(ChatJinjaHttpTest, RendersThroughTheTemplateAndTokenizesWithoutASecondBos) {
@@ -75,6 +93,15 @@ TEST_F(ChatJinjaHttpTest, TemplateRaiseIsA400OnMessages) {
   EXPECT_EQ(j["error"]["message"],
             "messages: the chat template (mixtral.jinja) failed: After the optional system message, conversation roles "
             "must alternate user/assistant/user/assistant/...");
+  EXPECT_EQ(service_.submitted(), 0);
+}
+
+TEST_F(ChatJinjaHttpTest, ServiceWithoutTokenizeIsA500AndNothingIsSubmitted) {
+  auto r = chat(json::parse(R"([{"role":"user","content":"Hi"}])"), no_tokenize_server_.get());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["error"]["message"], "tokenizing the chat prompt: tokenize is not supported by this service");
   EXPECT_EQ(service_.submitted(), 0);
 }
 
