@@ -105,5 +105,24 @@ TEST_F(ChatJinjaHttpTest, ServiceWithoutTokenizeIsA500AndNothingIsSubmitted) {
   EXPECT_EQ(service_.submitted(), 0);
 }
 
+TEST_F(ChatJinjaHttpTest, EmptyRenderedPromptIsA400OnMessages) {
+  auto t = ChatTemplate::from_jinja("{# renders nothing #}", "empty.jinja", "", "");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.served_model_name = "fake";
+  o.chat_template = t.value();
+  HttpServer server(service_, std::move(o));
+  ASSERT_TRUE(server.start().ok());
+  auto r = chat(json::parse(R"([{"role":"user","content":"Hi"}])"), &server);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["error"]["param"], "messages");
+  EXPECT_EQ(j["error"]["message"], "messages: the chat template rendered an empty prompt");
+  EXPECT_EQ(service_.submitted(), 0);
+}
+
 }  // namespace
 }  // namespace moe::serve
