@@ -1,6 +1,7 @@
 // A deterministic GenerationService for testing the HTTP layer without a model.
 //
-// Tokens are characters: count_tokens(text) = 1 (BOS) + text.size(). A request's
+// Tokens are characters: count_tokens(text) = 1 (BOS) + text.size(); tokenize() gives
+// the bytes (plus BOS id 1 with add_special_tokens). A request's
 // output echoes its prompt one character (one token) per step: text "abc" gives
 // "a", "b", "c", then finish "stop" (EOS) if max_tokens was not reached first
 // ("length"). Token-id prompts echo "<id> " per token. Steps run every `step_delay_ms`
@@ -125,6 +126,13 @@ class FakeService final : public GenerationService {
     health_ = std::move(h);
   }
   int count_tokens(const std::string& text) const override { return 1 + static_cast<int>(text.size()); }
+  // Token ids are the text's bytes; add_special_tokens prepends BOS (id 1).
+  StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override {
+    std::vector<int> ids;
+    if (add_special_tokens) ids.push_back(1);
+    for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  }
 
   std::set<uint64_t> cancelled() const {
     std::lock_guard<std::mutex> lock(mu_);

@@ -127,7 +127,9 @@ int run_serve(const ServeFlags& f, const CLI::App& app) {
                 std::to_string(info.max_context) + " tokens");
   }
   auto chat_template = serve::ChatTemplate::select(f.chat_template, info.model_dir, info.model_type);
-  if (!chat_template.ok()) return fail("--chat-template: " + chat_template.status().message());
+  if (!chat_template.ok()) {
+    return fail((f.chat_template.empty() ? "chat template: " : "--chat-template: ") + chat_template.status().message());
+  }
 
   auto scheduler_or = Scheduler::create(&engine, scheduler_options(f));
   if (!scheduler_or.ok()) return fail(scheduler_or.status().message());
@@ -180,8 +182,8 @@ RunFn add_serve_command(CLI::App& app) {
                  "Tokens (prompt + max_tokens) per minute per API key; 0 = off")
       ->capture_default_str();
   app.add_option("--chat-template", f->chat_template,
-                 "chatml, mistral, plain, or a template file (JSON); default: from tokenizer_config.json or the "
-                 "model family");
+                 "chatml, mistral, plain, or a template file (Jinja, e.g. *.jinja, or the JSON turn format); "
+                 "default: tokenizer_config.json's chat_template (Jinja), else by model family");
   app.add_option("--shutdown-grace", f->shutdown_grace,
                  "Seconds requests in flight may take to finish after SIGTERM/SIGINT")
       ->capture_default_str();

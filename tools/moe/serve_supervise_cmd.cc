@@ -155,7 +155,9 @@ int run_supervised_serve(const ServeFlags& f, const CLI::App& app) {
                 std::to_string(info.max_context) + " tokens");
   }
   auto chat_template = serve::ChatTemplate::select(f.chat_template, info.model_dir, info.model_type);
-  if (!chat_template.ok()) return fail("--chat-template: " + chat_template.status().message());
+  if (!chat_template.ok()) {
+    return fail((f.chat_template.empty() ? "chat template: " : "--chat-template: ") + chat_template.status().message());
+  }
   const serve::ServerOptions o = server_options(f, chat_template.value());
   serve::HttpServer server(service, o);
   serve::ServeLoopOptions loop;

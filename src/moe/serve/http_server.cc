@@ -201,6 +201,16 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
     auto prompt = options.chat_template.render(r.messages);
     if (!prompt.ok()) return send_error(res, make_error(400, prompt.status().message(), "messages"));
     r.seq.prompt = std::move(prompt).value();
+    if (options.chat_template.renders_special_tokens()) {
+      // The rendered text already holds BOS and the role markers: no second BOS.
+      auto ids = service.tokenize(r.seq.prompt, /*add_special_tokens=*/false);
+      if (!ids.ok()) {
+        return send_error(res, make_error(ids.status().code() == StatusCode::kInvalidArgument ? 400 : 500,
+                                          "tokenizing the chat prompt: " + ids.status().message(), "messages"));
+      }
+      if (ids.value().empty()) return send_error(res, make_error(400, "messages: the chat template rendered an empty prompt", "messages"));
+      r.seq.prompt_token_ids = std::move(ids).value();
+    }
   }
   const int prompt_tokens = r.seq.prompt_token_ids.empty() ? service.count_tokens(r.seq.prompt)
                                                            : static_cast<int>(r.seq.prompt_token_ids.size());
