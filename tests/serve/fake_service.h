@@ -126,12 +126,24 @@ class FakeService final : public GenerationService {
     health_ = std::move(h);
   }
   int count_tokens(const std::string& text) const override { return 1 + static_cast<int>(text.size()); }
-  // Token ids are the text's bytes; add_special_tokens prepends BOS (id 1).
+  // Tokens are bytes, as in count_tokens: tokenize gives BOS (1) then each byte's value;
+  // ids 3..255 stand for that byte, 0..2 (UNK, BOS, EOS) and 256..999 for no text.
   StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override {
     std::vector<int> ids;
     if (add_special_tokens) ids.push_back(1);
-    for (char c : text) ids.push_back(static_cast<unsigned char>(c));
+    for (unsigned char c : text) ids.push_back(c);
     return ids;
+  }
+  StatusOr<std::string> detokenize(const std::vector<int>& ids) const override {
+    std::string text;
+    for (int id : ids) {
+      if (id < 0 || id >= info_.vocab_size) return invalid_argument("token id " + std::to_string(id) + " is out of range");
+      text += token_bytes(id);
+    }
+    return text;
+  }
+  std::string token_bytes(int id) const override {
+    return id >= 3 && id < 256 ? std::string(1, static_cast<char>(id)) : std::string();
   }
 
   std::set<uint64_t> cancelled() const {

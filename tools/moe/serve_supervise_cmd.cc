@@ -34,7 +34,8 @@ const std::set<std::string> kFrontEndFlags = {
     "host",           "port",          "api-key",          "served-model-name", "max-tokens-limit",
     "max-body-bytes", "rate-limit-rps", "rate-limit-tpm",  "chat-template",     "shutdown-grace",
     "supervise",      "mpirun",         "mpirun-arg",       "recovery-timeout",
-    "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help"};
+    "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help",
+    "allowed-origins", "allowed-methods", "allowed-headers", "allowed-credentials"};
 
 std::string self_exe() {
   char exe[PATH_MAX] = {0};

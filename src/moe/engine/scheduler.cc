@@ -1,3 +1,5 @@
+// Over 600 lines: the Scheduler is one state machine (State: admission, the step, detokenization,
+// stop handling, timings and its GenerationService methods) whose parts share its private state.
 #include "moe/scheduler.h"
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <span>
@@ -52,7 +55,25 @@ struct Seq {
   size_t emitted = 0;       // bytes of the continuation sent
   size_t tokens_sent = 0;   // output tokens sent
   std::vector<float> logits;
+  // now_seconds() at submit, admission, the first and the latest token generated (0 = not yet).
+  double submitted_at = 0, scheduled_at = 0, first_token_at = 0, last_token_at = 0;
 };
+
+// The final event's engine timings (SeqEvent::queue_seconds ...).
+void set_timings(const Seq& s, SeqEvent& ev) {
+  if (s.scheduled_at > 0) ev.queue_seconds = s.scheduled_at - s.submitted_at;
+  if (s.first_token_at > 0) {
+    ev.prefill_seconds = s.first_token_at - s.scheduled_at;
+    ev.decode_seconds = s.last_token_at - s.first_token_at;
+  }
+}
+
+// The bucket of kIterationTokenBounds a step of `tokens` tokens falls in (the last one: above all).
+size_t iteration_bucket(int64_t tokens) {
+  size_t b = 0;
+  while (b < std::size(kIterationTokenBounds) && tokens > kIterationTokenBounds[b]) ++b;
+  return b;
+}
 
 int64_t blocks_for(int64_t tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
@@ -162,6 +183,7 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   auto seq = std::make_unique<Seq>();
   MOE_ASSIGN_OR_RETURN(seq->tokens, validate_request(fields, limits));
   seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
+  seq->submitted_at = now_seconds();
   const int64_t needed = seq->prompt_len + req.max_tokens;
   const int64_t blocks = blocks_for(needed, st.options.kv_block_size);
   if (blocks > st.allocator->total_blocks()) {
@@ -256,6 +278,24 @@ int Scheduler::count_tokens(const std::string& text) const {
   return static_cast<int>(state_->core->tokenizer->encode(text).size());
 }
 
+StatusOr<std::vector<int>> Scheduler::tokenize(const std::string& text, bool add_special_tokens) const {
+  return state_->core->tokenizer->encode(text, add_special_tokens);
+}
+
+StatusOr<std::string> Scheduler::detokenize(const std::vector<int>& ids) const {
+  const Tokenizer& tok = *state_->core->tokenizer;
+  const int vocab = tok.vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return invalid_argument("token id " + std::to_string(ids[i]) + " (at index " + std::to_string(i) +
+                              ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  return tok.decode(ids);
+}
+
+std::string Scheduler::token_bytes(int id) const { return state_->core->tokenizer->token_bytes(id); }
+
 // Appends the text of newly generated tokens to s.text. While a character is still
 // incomplete (the decode ends in U+FFFD from a partial byte-fallback sequence) the
 // tokens wait, unless `flush` (the sequence ends).
@@ -335,6 +375,7 @@ void Scheduler::State::emit(Seq& s, bool finished, const std::string& reason, si
   ev.finish_reason = reason;
   ev.prompt_tokens = static_cast<int>(s.prompt_len);
   ev.completion_tokens = static_cast<int>(out);
+  if (finished) set_timings(s, ev);
   if (!finished && ev.text.empty() && ev.token_ids.empty()) return;
   ev.logprobs = std::exchange(s.logprobs, {});
   if (!std::exchange(s.prompt_logprobs_sent, true)) ev.prompt_logprobs = std::move(s.prompt_logprobs);
@@ -349,6 +390,7 @@ void Scheduler::State::finish(Seq& s, const std::string& reason, const std::stri
     ev.error = error;
     ev.prompt_tokens = static_cast<int>(s.prompt_len);
     ev.completion_tokens = static_cast<int>(s.tokens.size()) - static_cast<int>(s.prompt_len);
+    set_timings(s, ev);
     s.sink(std::move(ev));
   } else {
     emit(s, true, reason, cut);
@@ -395,6 +437,7 @@ Status Scheduler::State::step() {
   MOE_RETURN_IF_ERROR(core->decoder->forward_batch(segs, kv.get()));
   core->session->mark_active();
   int64_t generated = 0;
+  const double sampled_at = now_seconds();
   for (size_t i = 0; i < segs.size(); ++i) {
     Seq& s = *seg_seq[i];
     const int vocab = core->config->vocab_size;
@@ -406,6 +449,8 @@ Status Scheduler::State::step() {
     }
     s.cached += segs[i].n;
     if (segs[i].logits == nullptr) continue;
+    if (s.first_token_at == 0) s.first_token_at = sampled_at;
+    s.last_token_at = sampled_at;
     TokenLogprob lp;
     const int token = s.sampler->sample(s.logits.data(), vocab, &lp);
     if (s.req.logprobs >= 0) s.logprobs.push_back(std::move(lp));
@@ -449,6 +494,9 @@ Status Scheduler::State::step() {
   std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s->blocks.empty(); });
   std::lock_guard<std::mutex> lock(snap_mu);
   ++snap.steps;
+  if (snap.iteration_tokens.empty()) snap.iteration_tokens.assign(std::size(kIterationTokenBounds) + 1, 0);
+  ++snap.iteration_tokens[iteration_bucket(used)];
+  snap.iteration_tokens_sum += used;
   snap.prompt_tokens_total += prompt_tokens;
   snap.generation_tokens_total += generated;
   return ok_status();
@@ -517,6 +565,7 @@ Status Scheduler::run() {
       Seq& s = *st.waiting.front();
       const int64_t need = blocks_for(s.prompt_len + s.req.max_tokens, st.options.kv_block_size);
       if (!st.allocator->allocate(need, &s.blocks)) break;
+      s.scheduled_at = now_seconds();
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
     }

@@ -21,6 +21,7 @@
 #include "moe/serve/openai_protocol.h"
 #include "moe/serve/response_stream.h"
 #include "moe/serve/thread_pool.h"
+#include "moe/serve/tokenize_handler.h"
 
 namespace moe::serve {
 namespace {
@@ -47,7 +48,9 @@ constexpr Route kRoutes[] = {{"/v1/completions", "POST"},
                              {"/v1/chat/completions", "POST"},
                              {"/v1/models", "GET, HEAD"},
                              {"/health", "GET, HEAD"},
-                             {"/metrics", "GET, HEAD"}};
+                             {"/metrics", "GET, HEAD"},
+                             {"/tokenize", "POST"},
+                             {"/detokenize", "POST"}};
 
 // A bounded set of `endpoint` label values.
 std::string endpoint_label(const std::string& path) {
@@ -129,6 +132,7 @@ struct HttpServer::Impl {
   int context = 0;
   RateLimiter limiter;
   ServerMetrics metrics;
+  CorsPolicy cors;
   Listener svr;
   std::thread thread;
   int port = -1;
@@ -143,6 +147,14 @@ struct HttpServer::Impl {
   bool channels_closed = false;
 
   void install_routes();
+  void install_cors();
+  // The engine's per-request timings of final events (vllm: metrics).
+  void observe_final(const std::vector<TimedEvent>& events) {
+    for (const TimedEvent& te : events) {
+      if (te.event.finished) metrics.observe_finished(te.event);
+    }
+  }
+  void handle_tokenizer(bool tokenize, const httplib::Request& req, httplib::Response& res);
   std::optional<ApiError> check_auth(const httplib::Request& req) const;
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void answer_when_done(PendingResponse& p, const httplib::Request& req, httplib::Response& res);
@@ -231,6 +243,7 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
   }
 
   auto channel = std::make_shared<EventChannel>();
+  const int max_tokens = r.seq.max_tokens;
   auto submitted = service.submit(std::move(r.seq), [channel](SeqEvent&& ev) { channel->push(std::move(ev)); });
   if (!submitted.ok()) {
     const Status& st = submitted.status();
@@ -240,6 +253,7 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
     return send_error(res, make_error(status, st.message()));
   }
   const uint64_t id = submitted.value();
+  metrics.observe_request_params(/*n=*/1, max_tokens);
   add_active(id, channel);
   ResponseMeta meta{make_response_id(chat ? "chatcmpl-" : "cmpl-"), unix_seconds(), limits.served_model_name};
   auto pending = std::make_shared<PendingResponse>(
@@ -262,6 +276,7 @@ void HttpServer::Impl::answer_when_done(PendingResponse& p, const httplib::Reque
   while (!p.body.finished()) {
     p.events.clear();
     const bool open = p.channel->wait_pop(&p.events, std::chrono::milliseconds(options.client_poll_ms));
+    observe_final(p.events);
     if (!p.events.empty()) {
       body += p.body.on_events(p.events);
     } else if (!open) {
@@ -290,6 +305,7 @@ bool HttpServer::Impl::pump(PendingResponse& p, httplib::DataSink& sink) {
   if (out.empty()) {
     p.events.clear();
     const bool open = p.channel->wait_pop(&p.events, std::chrono::milliseconds(options.client_poll_ms));
+    observe_final(p.events);
     if (!p.events.empty()) {
       out = p.body.on_events(p.events);
     } else if (!open) {
@@ -317,7 +333,43 @@ void HttpServer::Impl::release(PendingResponse& p) {
   remove_active(p.id);
 }
 
+// POST /tokenize and /detokenize (tokenize_handler.h), with the auth of /v1/*.
+void HttpServer::Impl::handle_tokenizer(bool tokenize, const httplib::Request& req, httplib::Response& res) {
+  if (auto e = check_auth(req)) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    return send_error(res, *e);
+  }
+  const TokenizeContext ctx{&service, &options.chat_template, limits.served_model_name, context};
+  const HandlerReply reply = tokenize ? handle_tokenize(ctx, req.body) : handle_detokenize(ctx, req.body);
+  res.status = reply.status;
+  res.set_content(reply.body, kJson);
+}
+
+// CORS (cors.h): preflights answered before routing; CORS headers added to every
+// response just before it is written.
+void HttpServer::Impl::install_cors() {
+  if (!cors.enabled()) return;
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    auto p = cors.preflight(req.method, req.get_header_value("Origin"),
+                            req.get_header_value("Access-Control-Request-Method"),
+                            req.get_header_value("Access-Control-Request-Headers"));
+    if (!p) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = p->status;
+    for (const auto& [k, v] : p->headers) res.set_header(k, v);
+    if (!p->error.empty()) send_error(res, make_error(p->status, p->error));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (res.has_header("Access-Control-Allow-Origin") || req.method == "OPTIONS") return;
+    for (const auto& [k, v] : cors.response_headers(req.get_header_value("Origin"))) res.set_header(k, v);
+  });
+}
+
 void HttpServer::Impl::install_routes() {
+  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { handle_tokenizer(true, req, res); });
+  svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_tokenizer(false, req, res);
+  });
   svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::kCompletions, req, res);
   });
@@ -423,9 +475,15 @@ Status HttpServer::start() {
       m.options.served_model_name.empty() ? default_model_name(info.model_dir) : m.options.served_model_name;
   m.limits.max_tokens_limit = m.options.max_tokens_limit > 0 ? m.options.max_tokens_limit : std::max(1, m.context);
   m.limits.vocab_size = info.vocab_size;
+  m.metrics.set_model_name(m.limits.served_model_name, m.context);
+
+  auto cors = CorsPolicy::create(m.options.cors);
+  if (!cors.ok()) return cors.status();
+  m.cors = std::move(cors).value();
 
   ::signal(SIGPIPE, SIG_IGN);
   m.install_routes();
+  m.install_cors();
   const size_t max_threads = std::max<size_t>(1, m.options.max_threads);
   m.svr.new_task_queue = [max_threads] { return new GrowingThreadPool(std::min<size_t>(4, max_threads), max_threads); };
   m.svr.set_read_timeout(m.options.read_timeout_seconds, 0);

@@ -485,4 +485,10 @@ std::string usage_chunk_json(Endpoint endpoint, const ResponseMeta& meta, const 
 
 std::string sse_event(const std::string& payload) { return "data: " + payload + "\n\n"; }
 
+std::optional<ApiError> parse_chat_messages(std::string_view body, std::vector<ChatMessage>* out) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return bad("", "the request body must be a JSON object");
+  return parse_messages(j, out);
+}
+
 }  // namespace moe::serve

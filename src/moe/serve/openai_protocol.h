@@ -66,6 +66,9 @@ struct OpenAiRequest {
 // `*out` filled. Errors: 400 for malformed JSON, invalid UTF-8, wrong types or values
 // (`param` names the field), unsupported features (n > 1, echo, logprobs, penalties);
 // 404 model_not_found for another model name.
+// A chat's `messages` field from a request body (e.g. POST /tokenize's), validated as
+// in chat completions (400 naming messages[i].role / .content).
+std::optional<ApiError> parse_chat_messages(std::string_view body, std::vector<ChatMessage>* out);
 std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, const ProtocolLimits& limits,
                                       OpenAiRequest* out);
 
