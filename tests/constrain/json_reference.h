@@ -120,8 +120,10 @@ if sys.argv[1] == 'gen':
 else:
     schema = json.load(open(sys.argv[3])) if len(sys.argv) > 3 else None
     for line in open(sys.argv[2]):
-        ok, v = parse(bytes.fromhex(line.strip()))
-        print(1 if ok and (schema is None or valid(v, schema, schema)) else 0)
+        parts = line.split()
+        ok, v = parse(bytes.fromhex(parts[0]) if parts else b'')
+        s = json.loads(bytes.fromhex(parts[1])) if len(parts) > 1 else schema
+        print(1 if ok and (s is None or valid(v, s, s)) else 0)
 )PY";
 
 // Runs the reference script; returns its stdout lines (fails the test on error).
@@ -155,6 +157,18 @@ inline std::vector<int> python_verdicts(const std::string& dir, const std::vecto
   std::vector<int> out;
   for (const std::string& line : run_reference(dir, args)) out.push_back(line == "1" ? 1 : 0);
   EXPECT_EQ(out.size(), texts.size());
+  return out;
+}
+
+// Python's verdict on each (text, schema) pair in one run.
+inline std::vector<int> python_verdicts(const std::string& dir,
+                                        const std::vector<std::pair<std::string, std::string>>& cases) {
+  std::string lines;
+  for (const auto& [text, schema] : cases) lines += to_hex(text) + " " + to_hex(schema) + "\n";
+  write_file(dir + "/cases.hex", lines);
+  std::vector<int> out;
+  for (const std::string& line : run_reference(dir, "label " + dir + "/cases.hex")) out.push_back(line == "1" ? 1 : 0);
+  EXPECT_EQ(out.size(), cases.size());
   return out;
 }
 
