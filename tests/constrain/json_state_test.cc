@@ -28,7 +28,7 @@ const std::vector<std::string> kTable = {
     // valid
     "{}", "[]", "0", "-0", "1.5", "-1.5e+10", "1E5", "0.0e-0", "12345678901234567890", "\"\"", "\"a\\\"b\"",
     "\"\\u00e9\\uD83D\\ude00\"", "\"\\/\\b\\f\\n\\r\\t\\\\\"", "true", "false", "null", "[1,2,[3,{}]]",
-    "{\"a\":1,\"b\":[true,null],\"c\":{\"d\":\"e\"}}", " { \"a\" : 1 , \"b\" : 2 }", "\n[\n  1,\n  2\n]",
+    "{\"a\":1,\"b\":[true,null],\"c\":{\"d\":\"e\"}}", " { \"a\" : 1 , \"b\" : 2 }", "\n[\n1,\n2\n]", "[ 1 ]",
     "\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\"", "\"\x7f\"", "{\"\":\"\"}", "[[[[[]]]]]", "\"\xef\xbf\xbf\xf4\x8f\xbf\xbf\"",
     "{\"a\":1,\"a\":2}",
     // invalid
@@ -104,6 +104,7 @@ TEST(JsonStateLimits, WhitespaceRunsAreBoundedAndNoneFollowsTheValue) {
   EXPECT_FALSE(accepts(g, run + " []"));
   EXPECT_FALSE(accepts(g, "[" + run + " 1]"));
   EXPECT_FALSE(accepts(g, "{\"a\"" + run + "\n:1}"));
+  EXPECT_FALSE(accepts(g, "{\n  \"a\":1}"));  // no indentation
   for (const char* text : {"[] ", "1\n", "\"a\"\t", "{}\r"}) {
     JsonState s(&g);
     EXPECT_FALSE(s.advance(text)) << text;

@@ -37,7 +37,7 @@ int JsonConstraint::allowed(std::vector<uint8_t>* allowed) {
   if (v.all.nodes.empty()) return 0;
   if (state_.in_plain_string()) {
     *allowed = v.plain;
-    count = static_cast<int>(std::count(v.plain.begin(), v.plain.end(), uint8_t{1}));
+    count = v.plain_count;
     if (!v.non_plain.nodes.empty()) walk(v.non_plain, 0, 0, allowed, &count);
   } else {
     walk(v.all, 0, 0, allowed, &count);
@@ -56,9 +56,10 @@ int JsonConstraint::allowed(std::vector<uint8_t>* allowed) {
 int JsonConstraint::mask_logits(float* logits, int n) {
   const int count = allowed(&mask_);
   const float neg = -std::numeric_limits<float>::infinity();
-  for (int i = 0; i < n; ++i) {
-    if (i >= vocab_->vocab_size || mask_[static_cast<size_t>(i)] == 0) logits[i] = neg;
-  }
+  const int m = std::min(n, vocab_->vocab_size);
+  const uint8_t* mask = mask_.data();
+  for (int i = 0; i < m; ++i) logits[i] = mask[i] != 0 ? logits[i] : neg;  // a select: vectorizes
+  for (int i = m; i < n; ++i) logits[i] = neg;
   return count;
 }
 

@@ -3,12 +3,13 @@
 // json_object) or compile_json_schema() (json_schema_compiler.h). Plain data,
 // immutable once finalized; shared read-only between sequences and threads.
 //
-// Output rules (docs/api.md "response_format"), the same for every grammar:
+// Output rules, the same for every grammar:
 //   - strict JSON (RFC 8259): strings with valid UTF-8 (RFC 3629) and escapes, numbers,
 //     the literals true/false/null; NaN/Infinity are not JSON;
-//   - whitespace: a run of at most kMaxWhitespaceRun bytes (space, tab, CR, LF) between
-//     two tokens and before the value; none after the top-level value (it ends the
-//     output), so a model cannot emit whitespace forever;
+//   - whitespace: at most kMaxWhitespaceRun byte (space, tab, CR or LF) between two
+//     tokens and before the value, none after the top-level value (it ends the output),
+//     as Outlines' default: a model cannot spend its tokens on whitespace (a sampled
+//     small model otherwise pads every gap), at the price of no indented output;
 //   - numbers at most kMaxNumberBytes bytes;
 //   - at most kMaxJsonDepth nested objects/arrays.
 #pragma once
@@ -22,7 +23,7 @@
 
 namespace moe {
 
-inline constexpr int kMaxWhitespaceRun = 20;  // enough for pretty-printing 9 levels deep
+inline constexpr int kMaxWhitespaceRun = 1;
 inline constexpr int kMaxNumberBytes = 32;
 inline constexpr int kMaxJsonDepth = 32;      // nested objects/arrays
 

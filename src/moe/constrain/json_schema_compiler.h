@@ -1,7 +1,7 @@
 // Compiles OpenAI's response_format (SeqRequest::response_format / json_schema,
 // include/moe/generation_service.h) into a JsonGrammar (json_grammar.h).
 //
-// The JSON Schema subset (docs/api.md "response_format"):
+// The JSON Schema subset:
 //   type (object, array, string, number, integer, boolean, null, or a list of them);
 //   properties, required, additionalProperties (false, true, or a schema when there are
 //   no properties); items (a schema), minItems, maxItems; enum, const; anyOf; $ref to

@@ -88,6 +88,7 @@ ConstraintVocab ConstraintVocab::build(const std::vector<std::string>& token_byt
     all.push_back(static_cast<int32_t>(id));
     if (plain_string_bytes(token_bytes[id])) {
       v.plain[id] = 1;
+      ++v.plain_count;
     } else {
       non_plain.push_back(static_cast<int32_t>(id));
     }

@@ -36,6 +36,7 @@ struct ConstraintVocab {
   ByteTrie all;
   ByteTrie non_plain;
   std::vector<uint8_t> plain;  // [vocab_size] 1 = plain string content (and in `all`)
+  int plain_count = 0;         // ones in `plain`
   std::vector<int> eos_ids;    // allowed exactly when the value is complete
   std::vector<std::string> token_bytes;  // [vocab_size] as given to build()
 

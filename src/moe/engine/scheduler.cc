@@ -15,6 +15,7 @@
 #include "moe/core/logging.h"
 #include "moe/engine/detokenizer.h"
 #include "moe/engine/engine_core.h"
+#include "moe/engine/json_decoding.h"
 #include "moe/engine/request_validation.h"
 #include "moe/engine/sampler.h"
 #include "moe/runtime/ep_session.h"
@@ -36,6 +37,7 @@ struct Seq {
   int64_t cached = 0;       // tokens whose K/V are in the cache
   std::vector<int32_t> blocks;
   std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<JsonConstraint> json;  // response_format json_object / json_schema (else null)
   // Incremental detokenization (as Hugging Face TGI / vLLM do): `text` is the
   // continuation so far; tokens [prefix_offset, read_offset) are the already-decoded
   // context whose decoded text is cut off the decode of [prefix_offset, end), so a
@@ -72,6 +74,7 @@ struct Scheduler::State {
   SchedulerOptions options;
   std::unique_ptr<PagedKVCache> kv;
   std::unique_ptr<BlockAllocator> allocator;
+  ConstraintVocabCache constraint_vocab;  // built at the first constrained request
 
   // Shared with submitting threads, under mu.
   std::mutex mu;
@@ -193,6 +196,8 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   seq->prefix_offset = seq->read_offset - std::min<size_t>(seq->read_offset, 5);
   const uint64_t seed = req.sampling.seed ? *req.sampling.seed : std::random_device{}();
   seq->sampler = std::make_unique<Sampler>(req.sampling.temperature, req.sampling.top_k, req.sampling.top_p, seed);
+  MOE_ASSIGN_OR_RETURN(seq->json, make_json_constraint(req.response_format, req.json_schema, st.constraint_vocab,
+                                                        *core.tokenizer, *core.config));
   seq->req = std::move(req);
   MOE_RETURN_IF_ERROR(st.prime_resumed(*seq));
   seq->prefill_len = static_cast<int64_t>(seq->tokens.size());
@@ -319,6 +324,10 @@ Status Scheduler::State::prime_resumed(Seq& s) {
     if (!s.req.ignore_eos && core->config->is_eos(t)) {
       return invalid_argument(where + " is an EOS token, which would have ended the request");
     }
+    if (s.json && (!s.json->accept(t) || s.json->closed())) {
+      return invalid_argument(where + (s.json->closed() ? " ends" : " does not continue") +
+                              " the response_format's JSON value, which would have ended the request");
+    }
     // The uninterrupted run: this token's step detokenized it and its event carried
     // what was sendable then.
     s.tokens.push_back(t);
@@ -409,7 +418,12 @@ Status Scheduler::State::step() {
     Seq& s = *seg_seq[i];
     s.cached += segs[i].n;
     if (segs[i].logits == nullptr) continue;
+    if (s.json && s.json->mask_logits(s.logits.data(), core->config->vocab_size) == 0) {
+      finish(s, "error", "response_format: no token of the vocabulary continues the JSON value");
+      continue;
+    }
     const int token = s.sampler->sample(s.logits.data(), core->config->vocab_size);
+    if (s.json) s.json->accept(token);
     s.tokens.push_back(token);
     detokenize(s, /*flush=*/false);
     ++generated;
@@ -418,8 +432,8 @@ Status Scheduler::State::step() {
   for (auto& sp : running) {
     Seq& s = *sp;
     const int64_t out = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-    if (static_cast<int64_t>(s.tokens.size()) <= s.prefill_len) continue;  // still prefilling
-    if (!s.req.ignore_eos && core->config->is_eos(s.tokens.back())) {
+    if (static_cast<int64_t>(s.tokens.size()) <= s.prefill_len || s.blocks.empty()) continue;  // prefilling; finished
+    if ((!s.req.ignore_eos && core->config->is_eos(s.tokens.back())) || (s.json && s.json->closed())) {
       finish(s, "stop");
       continue;
     }

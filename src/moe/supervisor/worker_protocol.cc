@@ -44,7 +44,9 @@ std::string encode_request(const SeqRequest& r) {
             {"top_p", r.sampling.top_p},
             {"stop", r.stop},
             {"ignore_eos", r.ignore_eos},
-            {"resume_token_ids", r.resume_token_ids}};
+            {"resume_token_ids", r.resume_token_ids},
+            {"response_format", r.response_format},
+            {"json_schema", r.json_schema}};
   if (r.sampling.seed) j["seed"] = *r.sampling.seed;
   return dump(j);
 }
@@ -62,6 +64,8 @@ StatusOr<SeqRequest> decode_request(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "stop", &r.stop, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "ignore_eos", &r.ignore_eos, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "resume_token_ids", &r.resume_token_ids, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "response_format", &r.response_format, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "json_schema", &r.json_schema, kWhat));
   if (j.contains("seed") && !j["seed"].is_null()) {
     uint64_t seed = 0;
     MOE_RETURN_IF_ERROR(get(j, "seed", &seed, kWhat));
