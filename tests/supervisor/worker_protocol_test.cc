@@ -73,6 +73,24 @@ TEST(WorkerProtocolTest, RequestRoundTripsEveryField) {
   EXPECT_EQ(u.value().response_format, "text");
 }
 
+TEST(WorkerProtocolTest, RequestCarriesResponseFormat) {
+  SeqRequest r;
+  r.prompt = "x";
+  r.response_format = "json_schema";
+  r.json_schema = R"({"type":"object","properties":{"a\u00e9":{"enum":["\"q\""]}}})";
+  auto d = decode_request(encode_request(r));
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d.value().response_format, "json_schema");
+  EXPECT_EQ(d.value().json_schema, r.json_schema);
+  auto plain = decode_request(R"({"prompt":"x"})");  // absent: no constraint
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain.value().response_format, "text");
+  EXPECT_TRUE(plain.value().json_schema.empty());
+  auto bad = decode_request(R"({"prompt":"x","response_format":7})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("response_format"), std::string::npos) << bad.status().message();
+}
+
 TEST(WorkerProtocolTest, EventRoundTrips) {
   SeqEvent e;
   e.text = "lo, \xe2\x9c\x93";

@@ -21,6 +21,7 @@
 #include "moe/engine/detokenizer.h"
 #include "moe/engine/engine_core.h"
 #include "moe/engine/logits_processor.h"
+#include "moe/engine/json_decoding.h"
 #include "moe/engine/request_validation.h"
 #include "moe/runtime/ep_session.h"
 #include "moe/transformer/paged_kv_cache.h"
@@ -45,6 +46,8 @@ struct Seq {
   std::vector<TokenLogprob> prompt_logprobs;  // built while prefilling (req.prompt_logprobs >= 0)
   bool prompt_logprobs_sent = false;
   std::vector<float> chunk_logits;            // [chunk, vocab]: every row of a prompt chunk, for prompt_logprobs
+  std::unique_ptr<JsonConstraint> json;  // response_format json_object / json_schema (else null)
+  std::vector<float> raw_logits;         // json with logprobs: the logits before the grammar's mask
   // Incremental detokenization (as Hugging Face TGI / vLLM do): `text` is the
   // continuation so far; tokens [prefix_offset, read_offset) are the already-decoded
   // context whose decoded text is cut off the decode of [prefix_offset, end), so a
@@ -88,6 +91,7 @@ struct Scheduler::State {
   SchedulerOptions options;
   std::unique_ptr<PagedKVCache> kv;
   std::unique_ptr<BlockAllocator> allocator;
+  ConstraintVocabCache constraint_vocab;  // built at the first constrained request
 
   // Shared with submitting threads, under mu.
   std::mutex mu;
@@ -197,6 +201,8 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   seq->sampler = std::make_unique<RequestSampler>(req.sampling, seed, seq->tokens, req.logprobs);
   // A replay's first event (with the prompt logprobs) was delivered before.
   seq->prompt_logprobs_sent = req.prompt_logprobs < 0 || !req.resume_token_ids.empty();
+  MOE_ASSIGN_OR_RETURN(seq->json, make_json_constraint(req.response_format, req.json_schema, st.constraint_vocab,
+                                                        *core.tokenizer, *core.config));
   seq->req = std::move(req);
   MOE_RETURN_IF_ERROR(st.prime_resumed(*seq));
   seq->prefill_len = static_cast<int64_t>(seq->tokens.size());
@@ -343,6 +349,10 @@ Status Scheduler::State::prime_resumed(Seq& s) {
     }
     if (is_stop_token(s.req, t)) return invalid_argument(where + " is in stop_token_ids: it would have ended the request");
     s.sampler->replay(t);  // penalties count it; the random stream advances past it
+    if (s.json && (!s.json->accept(t) || s.json->closed())) {
+      return invalid_argument(where + (s.json->closed() ? " ends" : " does not continue") +
+                              " the response_format's JSON value, which would have ended the request");
+    }
     // The uninterrupted run: this token's step detokenized it and its event carried
     // what was sendable then.
     s.tokens.push_back(t);
@@ -451,9 +461,19 @@ Status Scheduler::State::step() {
     if (segs[i].logits == nullptr) continue;
     if (s.first_token_at == 0) s.first_token_at = sampled_at;
     s.last_token_at = sampled_at;
+    // Logprobs are of the raw logits: the grammar's mask (like the penalties) is not in them.
+    if (s.json && s.req.logprobs >= 0) s.raw_logits.assign(s.logits.begin(), s.logits.end());
+    if (s.json && s.json->mask_logits(s.logits.data(), vocab) == 0) {
+      finish(s, "error", "response_format: no token of the vocabulary continues the JSON value");
+      continue;
+    }
     TokenLogprob lp;
     const int token = s.sampler->sample(s.logits.data(), vocab, &lp);
-    if (s.req.logprobs >= 0) s.logprobs.push_back(std::move(lp));
+    if (s.json) s.json->accept(token);
+    if (s.req.logprobs >= 0) {
+      if (s.json) lp = token_logprob(s.raw_logits.data(), vocab, token, s.req.logprobs);
+      s.logprobs.push_back(std::move(lp));
+    }
     const bool stop_token = is_stop_token(s.req, token);
     if (stop_token) detokenize(s, /*flush=*/true);  // its own text is not output: the text ends before it
     s.tokens.push_back(token);
@@ -464,9 +484,9 @@ Status Scheduler::State::step() {
   for (auto& sp : running) {
     Seq& s = *sp;
     const int64_t out = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-    if (static_cast<int64_t>(s.tokens.size()) <= s.prefill_len) continue;  // still prefilling
+    if (static_cast<int64_t>(s.tokens.size()) <= s.prefill_len || s.blocks.empty()) continue;  // prefilling; finished
     const bool stop_token = is_stop_token(s.req, s.tokens.back());
-    if (stop_token || (!s.req.ignore_eos && core->config->is_eos(s.tokens.back()))) {
+    if (stop_token || (!s.req.ignore_eos && core->config->is_eos(s.tokens.back())) || (s.json && s.json->closed())) {
       finish(s, "stop", {}, stop_token ? s.text.size() : std::string::npos);
       continue;
     }

@@ -219,6 +219,8 @@ StatusOr<SeqRequest> decode_request(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "response_format", &r.response_format, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "json_schema", &r.json_schema, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "resume_token_ids", &r.resume_token_ids, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "response_format", &r.response_format, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "json_schema", &r.json_schema, kWhat));
   if (j.contains("seed") && !j["seed"].is_null()) {
     uint64_t seed = 0;
     MOE_RETURN_IF_ERROR(get(j, "seed", &seed, kWhat));
