@@ -82,6 +82,8 @@ Status get_logprobs(const json& j, const char* key, std::vector<TokenLogprob>* o
     out->push_back(std::move(lp));
   }
   return ok_status();
+}
+
 json status_json(const Status& st) {
   return {{"code", static_cast<int>(st.code())}, {"message", st.message()}};
 }
