@@ -48,9 +48,10 @@ struct SamplingParams {
   std::optional<uint64_t> seed;   // same seed + same request = same tokens; unset = random
 };
 
-// Log-probabilities of one sampled (or prompt) token, from log_softmax of the logits
-// after logit_bias and the penalties, before temperature and truncation (vLLM's
-// default "raw logprobs" of the processed logits).
+// Log-probabilities of one sampled (or prompt) token: log_softmax of the model's raw
+// logits, before logit_bias, the penalties, temperature and truncation (vLLM v1's
+// default logprobs_mode "raw_logprobs"; a greedy token is therefore the most likely
+// one only when no bias or penalty moved it).
 struct TokenLogprob {
   int token_id = 0;
   float logprob = 0;                          // of token_id

@@ -68,11 +68,22 @@ struct SeqEvent {
   std::string error;
   int prompt_tokens = 0;        // always set
   int completion_tokens = 0;    // tokens generated so far
+  // When finished, the request's engine timings in seconds (vLLM's per-request metrics;
+  // 0 for a phase it never reached): queued (submit -> admitted to the running batch),
+  // prefill (admitted -> first token generated), decode (first -> last token generated).
+  // Inference time = prefill + decode.
+  double queue_seconds = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
 };
 
 // Called on the scheduler thread. Must return quickly and never block on the client
 // (queue the event and return).
 using SeqSink = std::function<void(SeqEvent&& event)>;
+
+// Bucket upper bounds (tokens) of ServiceSnapshot::iteration_tokens (vLLM's
+// vllm:iteration_tokens_total buckets).
+inline constexpr int kIterationTokenBounds[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 
 // Counters for GET /metrics; a consistent copy taken between steps.
 struct ServiceSnapshot {
@@ -85,6 +96,14 @@ struct ServiceSnapshot {
   int64_t prompt_tokens_total = 0;  // prompt tokens prefilled (all requests)
   int64_t generation_tokens_total = 0;
   int64_t requests_finished = 0;    // by any finish reason
+  // Tokens per engine step (prompt chunks + decodes): steps whose count is <= each bound
+  // of kIterationTokenBounds and above the previous one, then the steps above the last
+  // bound (not cumulative; empty = no step yet); and the tokens of all steps.
+  std::vector<int64_t> iteration_tokens{};
+  int64_t iteration_tokens_sum = 0;
+  // Sequences preempted (vLLM's num_preemptions): always 0 here, since the Scheduler
+  // reserves a request's whole KV (prompt + max_tokens) at admission and never preempts.
+  int64_t preemptions = 0;
   // Routed tokens (assignments after the capacity policy) per MoE layer and expert
   // since start-up, global over the EP group: expert_tokens[i][e] for layer moe_layers[i].
   std::vector<int> moe_layers;

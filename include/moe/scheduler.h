@@ -55,6 +55,11 @@ class Scheduler final : public GenerationService {
   ServiceHealth health() const override;
   const ModelInfo& model_info() const override;
   int count_tokens(const std::string& text) const override;
+  // Through the engine's tokenizer (const, thread-safe). detokenize: InvalidArgument
+  // naming the first id outside [0, vocab_size).
+  StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override;
+  StatusOr<std::string> detokenize(const std::vector<int>& ids) const override;
+  std::string token_bytes(int id) const override;
 
   struct State;  // implementation detail (scheduler.cc)
 

@@ -146,6 +146,27 @@ TEST(CliErrorsTest, TopPZero) { expect_error_exit(generate("--prompt hi --top-p 
 
 TEST(CliErrorsTest, TopPAboveOne) { expect_error_exit(generate("--prompt hi --top-p 1.5"), {"--top-p", "1.5"}); }
 
+TEST(CliErrorsTest, MinPOutOfRange) {
+  expect_error_exit(generate("--prompt hi --min-p 1.5"), {"--min-p", "[0, 1]", "1.5"});
+  expect_error_exit(generate("--prompt hi --min-p -0.1"), {"--min-p", "-0.1"});
+}
+
+TEST(CliErrorsTest, PenaltiesOutOfRange) {
+  expect_error_exit(generate("--prompt hi --presence-penalty 2.5"), {"--presence-penalty", "[-2, 2]", "2.5"});
+  expect_error_exit(generate("--prompt hi --frequency-penalty -3"), {"--frequency-penalty", "-3"});
+  expect_error_exit(generate("--prompt hi --repetition-penalty 0"), {"--repetition-penalty", "> 0"});
+  expect_error_exit(generate("--prompt hi --repetition-penalty nan"), {"--repetition-penalty"});
+}
+
+// The flags reach the engine: a strong repetition penalty changes the greedy text.
+TEST(CliErrorsTest, RepetitionPenaltyChangesGreedyOutput) {
+  const CommandResult plain = generate("--prompt ROMEO: --max-tokens 24 --temperature 0");
+  const CommandResult penalized = generate("--prompt ROMEO: --max-tokens 24 --temperature 0 --repetition-penalty 2");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(penalized.exit_code, 0) << penalized.output;
+  EXPECT_NE(plain.output.substr(0, plain.output.find('[')), penalized.output.substr(0, penalized.output.find('[')));
+}
+
 TEST(CliErrorsTest, NegativeTopK) { expect_error_exit(generate("--prompt hi --top-k -1"), {"--top-k"}); }
 
 TEST(CliErrorsTest, NegativeThreads) { expect_error_exit(generate("--prompt hi --threads -2"), {"--threads"}); }
@@ -215,7 +236,8 @@ TEST(CliHelpTest, GenerateHelpListsFlags) {
   auto r = moe_cmd("generate --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (const char* flag : {"--model", "--prompt", "--max-tokens", "--temperature", "--top-k", "--top-p", "--seed",
-                           "--format", "--logits-out", "--threads"}) {
+                           "--format", "--logits-out", "--threads", "--min-p", "--presence-penalty",
+                           "--frequency-penalty", "--repetition-penalty"}) {
     EXPECT_CONTAINS(r.output, flag);
   }
 }

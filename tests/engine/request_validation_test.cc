@@ -20,8 +20,17 @@ struct Req {
   int max_tokens = 4;
   SamplingParams sampling{};
   std::vector<std::string> stop{};
+  std::vector<int> stop_token_ids{};
+  int logprobs = -1, prompt_logprobs = -1;
   RequestFields fields() const {
-    return {.prompt = kNoPrompt, .prompt_token_ids = ids, .max_tokens = max_tokens, .sampling = sampling, .stop = stop};
+    return {.prompt = kNoPrompt,
+            .prompt_token_ids = ids,
+            .max_tokens = max_tokens,
+            .sampling = sampling,
+            .stop = stop,
+            .stop_token_ids = stop_token_ids,
+            .logprobs = logprobs,
+            .prompt_logprobs = prompt_logprobs};
   }
 };
 
@@ -54,6 +63,84 @@ TEST(RequestValidation, SamplingValues) {
   r.sampling.top_p = 1;
   r.sampling.top_k = -1;
   EXPECT_CONTAINS(expect_invalid(r), "top_k");
+}
+
+TEST(RequestValidation, MinP) {
+  Req r;
+  r.sampling.min_p = 1.0f;  // the bounds are valid
+  EXPECT_TRUE(validate_request(r.fields(), kLimits).ok());
+  r.sampling.min_p = 0.0f;
+  EXPECT_TRUE(validate_request(r.fields(), kLimits).ok());
+  r.sampling.min_p = 1.5f;
+  EXPECT_CONTAINS(expect_invalid(r), "min_p must be in [0, 1] (got 1.5)");
+  r.sampling.min_p = -0.1f;
+  EXPECT_CONTAINS(expect_invalid(r), "min_p");
+  r.sampling.min_p = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_CONTAINS(expect_invalid(r), "min_p");
+}
+
+TEST(RequestValidation, PresenceAndFrequencyPenalties) {
+  Req r;
+  r.sampling.presence_penalty = 2.0f;
+  r.sampling.frequency_penalty = -2.0f;
+  EXPECT_TRUE(validate_request(r.fields(), kLimits).ok());
+  r.sampling.presence_penalty = 2.5f;
+  EXPECT_CONTAINS(expect_invalid(r), "presence_penalty must be in [-2, 2] (got 2.5)");
+  r.sampling.presence_penalty = 0;
+  r.sampling.frequency_penalty = -3.0f;
+  EXPECT_CONTAINS(expect_invalid(r), "frequency_penalty must be in [-2, 2] (got -3)");
+  r.sampling.frequency_penalty = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_CONTAINS(expect_invalid(r), "frequency_penalty");
+}
+
+TEST(RequestValidation, RepetitionPenalty) {
+  Req r;
+  r.sampling.repetition_penalty = 5.0f;  // vLLM's bound is > 0 only
+  EXPECT_TRUE(validate_request(r.fields(), kLimits).ok());
+  r.sampling.repetition_penalty = 0.0f;
+  EXPECT_CONTAINS(expect_invalid(r), "repetition_penalty must be a finite number > 0 (got 0)");
+  r.sampling.repetition_penalty = -1.0f;
+  EXPECT_CONTAINS(expect_invalid(r), "repetition_penalty");
+  r.sampling.repetition_penalty = std::numeric_limits<float>::infinity();
+  EXPECT_CONTAINS(expect_invalid(r), "repetition_penalty");
+}
+
+TEST(RequestValidation, LogitBias) {
+  Req r;
+  r.sampling.logit_bias = {{0, -100.0f}, {15, 100.0f}};
+  EXPECT_TRUE(validate_request(r.fields(), kLimits).ok());
+  r.sampling.logit_bias = {{3, 100.5f}};
+  EXPECT_CONTAINS(expect_invalid(r), "logit_bias for token 3 must be in [-100, 100] (got 100.5)");
+  r.sampling.logit_bias = {{3, std::numeric_limits<float>::quiet_NaN()}};
+  EXPECT_CONTAINS(expect_invalid(r), "logit_bias for token 3");
+  r.sampling.logit_bias = {{16, 1.0f}};
+  EXPECT_CONTAINS(expect_invalid(r), "logit_bias token id 16 is outside the vocabulary [0, 16)");
+  r.sampling.logit_bias = {{-1, 1.0f}};
+  EXPECT_CONTAINS(expect_invalid(r), "logit_bias token id -1");
+}
+
+TEST(RequestValidation, LogprobsAndPromptLogprobs) {
+  Req r;
+  r.logprobs = 20;
+  r.prompt_logprobs = 0;
+  EXPECT_TRUE(validate_request(r.fields(), kLimits).ok());
+  r.logprobs = 21;
+  EXPECT_CONTAINS(expect_invalid(r), "logprobs must be in [-1, 20] (-1 = off; got 21)");
+  r.logprobs = -2;
+  EXPECT_CONTAINS(expect_invalid(r), "logprobs must be in [-1, 20]");
+  r.logprobs = -1;
+  r.prompt_logprobs = 25;
+  EXPECT_CONTAINS(expect_invalid(r), "prompt_logprobs must be in [-1, 20] (-1 = off; got 25)");
+}
+
+TEST(RequestValidation, StopTokenIdsOutsideTheVocabulary) {
+  Req r;
+  r.stop_token_ids = {0, 15};
+  EXPECT_TRUE(validate_request(r.fields(), kLimits).ok());
+  r.stop_token_ids = {2, 16};
+  EXPECT_CONTAINS(expect_invalid(r), "stop_token_ids[1] = 16 is outside the vocabulary [0, 16)");
+  r.stop_token_ids = {-5};
+  EXPECT_CONTAINS(expect_invalid(r), "stop_token_ids[0] = -5");
 }
 
 TEST(RequestValidation, MaxTokensBelowTheCallersMinimum) {

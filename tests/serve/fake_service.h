@@ -1,6 +1,7 @@
 // A deterministic GenerationService for testing the HTTP layer without a model.
 //
-// Tokens are characters: count_tokens(text) = 1 (BOS) + text.size(). A request's
+// Tokens are characters: count_tokens(text) = 1 (BOS) + text.size(); tokenize() gives
+// the bytes (plus BOS id 1 with add_special_tokens). A request's
 // output echoes its prompt one character (one token) per step: text "abc" gives
 // "a", "b", "c", then finish "stop" (EOS) if max_tokens was not reached first
 // ("length"). Token-id prompts echo "<id> " per token. Steps run every `step_delay_ms`
@@ -146,6 +147,25 @@ class FakeService final : public GenerationService {
     health_ = std::move(h);
   }
   int count_tokens(const std::string& text) const override { return 1 + static_cast<int>(text.size()); }
+  // Tokens are bytes, as in count_tokens: tokenize gives BOS (1) then each byte's value;
+  // ids 3..255 stand for that byte, 0..2 (UNK, BOS, EOS) and 256..999 for no text.
+  StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override {
+    std::vector<int> ids;
+    if (add_special_tokens) ids.push_back(1);
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  StatusOr<std::string> detokenize(const std::vector<int>& ids) const override {
+    std::string text;
+    for (int id : ids) {
+      if (id < 0 || id >= info_.vocab_size) return invalid_argument("token id " + std::to_string(id) + " is out of range");
+      text += token_bytes(id);
+    }
+    return text;
+  }
+  std::string token_bytes(int id) const override {
+    return id >= 3 && id < 256 ? std::string(1, static_cast<char>(id)) : std::string();
+  }
 
   std::set<uint64_t> cancelled() const {
     std::lock_guard<std::mutex> lock(mu_);

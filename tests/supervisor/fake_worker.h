@@ -101,6 +101,27 @@ class ResumableFake final : public GenerationService {
   }
   const ModelInfo& model_info() const override { return info_; }
   int count_tokens(const std::string& text) const override { return 1 + static_cast<int>(text.size()); }
+  // Tokens: each byte of the text is a token of that value (BOS = 1 first with special
+  // tokens); token t's bytes are token_text(t) for t in [3, 1000), none for BOS/EOS.
+  StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override {
+    std::vector<int> ids;
+    if (add_special_tokens) ids.push_back(1);
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  StatusOr<std::string> detokenize(const std::vector<int>& ids) const override {
+    std::string text;
+    for (int id : ids) {
+      if (id < 0 || id >= info_.vocab_size) return invalid_argument("token id " + std::to_string(id) + " out of range");
+      text += token_bytes(id);
+    }
+    return text;
+  }
+  std::string token_bytes(int id) const override {
+    token_bytes_calls.fetch_add(1);
+    return id >= 3 && id < info_.vocab_size ? token_text(id) : "";
+  }
+  mutable std::atomic<int> token_bytes_calls{0};
 
   std::vector<SeqRequest> requests_seen() const {
     std::lock_guard<std::mutex> lock(mu_);

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "test_util.h"
 
@@ -22,8 +23,18 @@ TEST(WorkerProtocolTest, RequestRoundTripsEveryField) {
   r.sampling.top_k = 12;
   r.sampling.top_p = 0.9f;
   r.sampling.seed = 18446744073709551615ull;  // the largest seed survives
+  r.sampling.min_p = 0.05f;
+  r.sampling.presence_penalty = -1.5f;
+  r.sampling.frequency_penalty = 0.3f;
+  r.sampling.repetition_penalty = 1.7f;
+  r.sampling.logit_bias = {{42, -100.0f}, {7, 0.1f}};
   r.stop = {"\n\n", "END"};
   r.ignore_eos = true;
+  r.stop_token_ids = {13, 2};
+  r.logprobs = 5;
+  r.prompt_logprobs = 0;
+  r.response_format = "json_schema";
+  r.json_schema = R"({"type":"object"})";
   r.resume_token_ids = {5, 6, 7};
   auto d = decode_request(encode_request(r));
   ASSERT_TRUE(d.ok()) << d.status().message();
@@ -35,8 +46,18 @@ TEST(WorkerProtocolTest, RequestRoundTripsEveryField) {
   EXPECT_EQ(g.sampling.top_k, 12);
   EXPECT_EQ(g.sampling.top_p, 0.9f);
   EXPECT_EQ(g.sampling.seed, r.sampling.seed);
+  EXPECT_EQ(g.sampling.min_p, 0.05f);
+  EXPECT_EQ(g.sampling.presence_penalty, -1.5f);
+  EXPECT_EQ(g.sampling.frequency_penalty, 0.3f);
+  EXPECT_EQ(g.sampling.repetition_penalty, 1.7f);
+  EXPECT_EQ(g.sampling.logit_bias, r.sampling.logit_bias);
   EXPECT_EQ(g.stop, r.stop);
   EXPECT_TRUE(g.ignore_eos);
+  EXPECT_EQ(g.stop_token_ids, r.stop_token_ids);
+  EXPECT_EQ(g.logprobs, 5);
+  EXPECT_EQ(g.prompt_logprobs, 0);
+  EXPECT_EQ(g.response_format, "json_schema");
+  EXPECT_EQ(g.json_schema, r.json_schema);
   EXPECT_EQ(g.resume_token_ids, r.resume_token_ids);
 
   SeqRequest unseeded;
@@ -45,6 +66,11 @@ TEST(WorkerProtocolTest, RequestRoundTripsEveryField) {
   ASSERT_TRUE(u.ok());
   EXPECT_FALSE(u.value().sampling.seed.has_value());
   EXPECT_EQ(u.value().max_tokens, unseeded.max_tokens);
+  // Defaults survive as defaults (logprobs off, no penalties).
+  EXPECT_EQ(u.value().logprobs, -1);
+  EXPECT_EQ(u.value().prompt_logprobs, -1);
+  EXPECT_EQ(u.value().sampling.repetition_penalty, 1.0f);
+  EXPECT_EQ(u.value().response_format, "text");
 }
 
 TEST(WorkerProtocolTest, EventRoundTrips) {
@@ -70,6 +96,38 @@ TEST(WorkerProtocolTest, EventRoundTrips) {
   EXPECT_TRUE(df.value().finished);
   EXPECT_EQ(df.value().finish_reason, "error");
   EXPECT_EQ(df.value().error, "rank 1: peer gone");
+  EXPECT_TRUE(df.value().logprobs.empty());
+}
+
+TEST(WorkerProtocolTest, EventLogprobsRoundTripExactlyIncludingMinusInfinity) {
+  const float inf = std::numeric_limits<float>::infinity();
+  SeqEvent e;
+  e.token_ids = {10, 11};
+  e.logprobs = {{.token_id = 10, .logprob = -0.1234567f, .top = {{10, -0.1234567f}, {3, -2.5f}}},
+                {.token_id = 11, .logprob = -inf, .top = {}}};
+  e.prompt_logprobs = {{.token_id = 1, .logprob = 0.0f, .top = {}},
+                       {.token_id = 9, .logprob = -7.25f, .top = {{4, -0.01f}, {5, -inf}}}};
+  auto d = decode_event(encode_event(e));
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  auto same = [](const std::vector<TokenLogprob>& a, const std::vector<TokenLogprob>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].token_id, b[i].token_id);
+      EXPECT_EQ(a[i].logprob, b[i].logprob);  // exact, -inf included
+      EXPECT_EQ(a[i].top, b[i].top);
+    }
+  };
+  same(d.value().logprobs, e.logprobs);
+  same(d.value().prompt_logprobs, e.prompt_logprobs);
+
+  for (const char* bad : {R"({"logprobs":{"id":1}})", R"({"logprobs":[{"logprob":-1}]})",
+                          R"({"logprobs":[{"id":1,"logprob":"low"}]})", R"({"prompt_logprobs":[{"id":1,"logprob":-1,"top":[[1]]}]})",
+                          R"({"prompt_logprobs":[{"id":1,"logprob":-1,"top":5}]})"}) {
+    auto b = decode_event(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(b.status().message().find("logprobs"), std::string::npos) << b.status().message();
+  }
 }
 
 TEST(WorkerProtocolTest, ModelInfoSnapshotAndHealthRoundTrip) {
@@ -151,6 +209,12 @@ TEST(WorkerProtocolTest, MalformedInputIsAnErrorNamingTheField) {
   EXPECT_FALSE(decode_model_info(R"({"model_dir":"x"})").ok());  // no context
   EXPECT_FALSE(decode_health(R"({"detail":"x"})").ok());         // no state
   EXPECT_FALSE(decode_snapshot(R"({"running":"two"})").ok());
+  auto bad_bias = decode_request(R"({"prompt":"x","logit_bias":[[1,"up"]]})");
+  ASSERT_FALSE(bad_bias.ok());
+  EXPECT_NE(bad_bias.status().message().find("logit_bias"), std::string::npos);
+  auto bad_stop_ids = decode_request(R"({"prompt":"x","stop_token_ids":"13"})");
+  ASSERT_FALSE(bad_stop_ids.ok());
+  EXPECT_NE(bad_stop_ids.status().message().find("stop_token_ids"), std::string::npos);
 }
 
 TEST(WorkerProtocolTest, RendezvousFilesPublishPortAndRankPids) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,10 @@ struct GenerateFlags {
   float temperature = 0.8f;
   int top_k = 40;
   double top_p = 0.95;  // parsed as double: 1e-300 is valid (see below)
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
   int64_t seed = -1;
   std::string format = "text";
   std::string logits_out;
@@ -40,6 +45,14 @@ int run_generate(const GenerateFlags& f) {
   if (f.top_k < 0) return fail("--top-k must be >= 0 (got " + std::to_string(f.top_k) + ")");
   if (!(f.top_p > 0.0 && f.top_p <= 1.0)) {
     return fail("--top-p must be in (0, 1] (got " + format_g(f.top_p) + ")");
+  }
+  if (!(f.min_p >= 0.0f && f.min_p <= 1.0f)) return fail("--min-p must be in [0, 1] (got " + format_g(f.min_p) + ")");
+  for (const auto& [flag, v] : {std::pair{"--presence-penalty", f.presence_penalty},
+                                std::pair{"--frequency-penalty", f.frequency_penalty}}) {
+    if (!(v >= -2.0f && v <= 2.0f)) return fail(std::string(flag) + " must be in [-2, 2] (got " + format_g(v) + ")");
+  }
+  if (!(f.repetition_penalty > 0.0f) || !std::isfinite(f.repetition_penalty)) {
+    return fail("--repetition-penalty must be a finite number > 0 (got " + format_g(f.repetition_penalty) + ")");
   }
   if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return fail(bad);
   auto opened = launch_engine_from_flags(f.engine, "generate");
@@ -70,6 +83,10 @@ int run_generate(const GenerateFlags& f) {
   // Below float's range it would round to 0: the smallest positive float keeps the same
   // nucleus (the most likely token alone).
   req.sampling.top_p = std::max(static_cast<float>(f.top_p), std::numeric_limits<float>::denorm_min());
+  req.sampling.min_p = f.min_p;
+  req.sampling.presence_penalty = f.presence_penalty;
+  req.sampling.frequency_penalty = f.frequency_penalty;
+  req.sampling.repetition_penalty = f.repetition_penalty;
   if (f.seed >= 0) req.sampling.seed = static_cast<uint64_t>(f.seed);
   req.return_prompt_logits = !f.logits_out.empty();
 
@@ -145,6 +162,18 @@ RunFn add_generate_command(CLI::App& app) {
   app.add_option("--temperature", f->temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   app.add_option("--top-k", f->top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();
   app.add_option("--top-p", f->top_p, "Nucleus sampling mass in (0, 1]; 1 = off")->capture_default_str();
+  app.add_option("--min-p", f->min_p,
+                 "Drop tokens less likely than this fraction of the most likely one, in [0, 1]; 0 = off")
+      ->capture_default_str();
+  app.add_option("--presence-penalty", f->presence_penalty,
+                 "Subtract this from the logit of every token already generated, in [-2, 2]; 0 = off")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", f->frequency_penalty,
+                 "Subtract this times its count from the logit of each generated token, in [-2, 2]; 0 = off")
+      ->capture_default_str();
+  app.add_option("--repetition-penalty", f->repetition_penalty,
+                 "Divide positive (multiply negative) logits of tokens in the prompt or output by this, > 0; 1 = off")
+      ->capture_default_str();
   app.add_option("--seed", f->seed, "Random seed (reproducible output); default: random");
   app.add_option("--format", f->format, "Output: text (streamed) or json (one object)")
       ->check(CLI::IsMember({"text", "json"}))

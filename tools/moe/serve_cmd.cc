@@ -23,6 +23,15 @@
 
 namespace moe::cli {
 
+static serve::CorsOptions cors_options(const ServeFlags& f) {
+  serve::CorsOptions c;
+  c.allowed_origins = serve::split_comma_list(f.allowed_origins);
+  if (!f.allowed_methods.empty()) c.allowed_methods = serve::split_comma_list(f.allowed_methods);
+  if (!f.allowed_headers.empty()) c.allowed_headers = serve::split_comma_list(f.allowed_headers);
+  c.allow_credentials = f.allowed_credentials;
+  return c;
+}
+
 std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (f.host.empty()) return "--host must not be empty";
   if (f.port < 0 || f.port > 65535) return "--port must be in [0, 65535] (got " + std::to_string(f.port) + ")";
@@ -57,6 +66,7 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (!(f.shutdown_grace >= 0 && std::isfinite(f.shutdown_grace))) {
     return "--shutdown-grace must be a finite number of seconds >= 0 (got " + std::to_string(f.shutdown_grace) + ")";
   }
+  if (auto cors = serve::CorsPolicy::create(cors_options(f)); !cors.ok()) return cors.status().message();
   if (check_engine) {
     if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return bad;
   }
@@ -82,6 +92,7 @@ serve::ServerOptions server_options(const ServeFlags& f, const serve::ChatTempla
   o.rate_limits.requests_per_second = f.rate_limit_rps;
   o.rate_limits.tokens_per_minute = f.rate_limit_tpm;
   o.chat_template = chat_template;
+  o.cors = cors_options(f);
   return o;
 }
 
@@ -129,7 +140,9 @@ int run_serve(const ServeFlags& f, const CLI::App& app) {
                 std::to_string(info.max_context) + " tokens");
   }
   auto chat_template = serve::ChatTemplate::select(f.chat_template, info.model_dir, info.model_type);
-  if (!chat_template.ok()) return fail("--chat-template: " + chat_template.status().message());
+  if (!chat_template.ok()) {
+    return fail((f.chat_template.empty() ? "chat template: " : "--chat-template: ") + chat_template.status().message());
+  }
 
   auto scheduler_or = Scheduler::create(&engine, scheduler_options(f));
   if (!scheduler_or.ok()) return fail(scheduler_or.status().message());
@@ -184,8 +197,20 @@ RunFn add_serve_command(CLI::App& app) {
                  "Tokens (prompt + max_tokens) per minute per API key; 0 = off")
       ->capture_default_str();
   app.add_option("--chat-template", f->chat_template,
-                 "chatml, mistral, plain, or a template file (JSON); default: from tokenizer_config.json or the "
-                 "model family");
+                 "chatml, mistral, plain, or a template file (Jinja, e.g. *.jinja, or the JSON turn format); "
+                 "default: tokenizer_config.json's chat_template (Jinja), else by model family");
+  app.add_option("--allowed-origins", f->allowed_origins,
+                 "CORS: origins (scheme://host[:port]) browsers may call from, comma-separated or repeated; * = any. "
+                 "Default: none (CORS off: no CORS headers, OPTIONS is 405)")
+      ->allow_extra_args(false);
+  app.add_option("--allowed-methods", f->allowed_methods,
+                 "CORS: methods a preflight may ask for, comma-separated or repeated (default *)")
+      ->allow_extra_args(false);
+  app.add_option("--allowed-headers", f->allowed_headers,
+                 "CORS: request headers a preflight may ask for, comma-separated or repeated (default *)")
+      ->allow_extra_args(false);
+  app.add_flag("--allowed-credentials", f->allowed_credentials,
+               "CORS: send Access-Control-Allow-Credentials: true (the origin is then echoed, never *)");
   app.add_option("--shutdown-grace", f->shutdown_grace,
                  "Seconds requests in flight may take to finish after SIGTERM/SIGINT")
       ->capture_default_str();

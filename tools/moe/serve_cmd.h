@@ -33,6 +33,9 @@ struct ServeFlags {
   double rate_limit_rps = 0;
   double rate_limit_tpm = 0;
   std::string chat_template;
+  // CORS (src/moe/serve/cors.h): comma lists, repeatable; no origins = off.
+  std::vector<std::string> allowed_origins, allowed_methods, allowed_headers;
+  bool allowed_credentials = false;
   double shutdown_grace = 30;
   double liveness_timeout = 10;  // when not given: min(10, --comm-timeout / 2)
   const CLI::Option* liveness_option = nullptr;

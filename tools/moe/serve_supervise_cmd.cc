@@ -34,7 +34,8 @@ const std::set<std::string> kFrontEndFlags = {
     "host",           "port",          "api-key",          "served-model-name", "max-tokens-limit", "max-n",
     "max-body-bytes", "rate-limit-rps", "rate-limit-tpm",  "chat-template",     "shutdown-grace",
     "supervise",      "mpirun",         "mpirun-arg",       "recovery-timeout",
-    "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help"};
+    "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help",
+    "allowed-origins", "allowed-methods", "allowed-headers", "allowed-credentials"};
 
 std::string self_exe() {
   char exe[PATH_MAX] = {0};
@@ -155,7 +156,9 @@ int run_supervised_serve(const ServeFlags& f, const CLI::App& app) {
                 std::to_string(info.max_context) + " tokens");
   }
   auto chat_template = serve::ChatTemplate::select(f.chat_template, info.model_dir, info.model_type);
-  if (!chat_template.ok()) return fail("--chat-template: " + chat_template.status().message());
+  if (!chat_template.ok()) {
+    return fail((f.chat_template.empty() ? "chat template: " : "--chat-template: ") + chat_template.status().message());
+  }
   const serve::ServerOptions o = server_options(f, chat_template.value());
   serve::HttpServer server(service, o);
   serve::ServeLoopOptions loop;

@@ -12,7 +12,7 @@
 #include "moe/engine/detokenizer.h"
 #include "moe/engine/engine_impl.h"
 #include "moe/engine/request_validation.h"
-#include "moe/engine/sampler.h"
+#include "moe/engine/logits_processor.h"
 #include "moe/transformer/kv_cache.h"
 
 namespace moe {
@@ -63,11 +63,15 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
   const ModelConfig& c = impl_->config;
   const SamplingParams& sp = req.sampling;
   static const std::vector<std::string> kNoStop;
+  static const std::vector<int> kNoStopTokens;
   const RequestFields fields{.prompt = req.prompt,
                              .prompt_token_ids = req.prompt_token_ids,
                              .max_tokens = req.max_tokens,
                              .sampling = sp,
-                             .stop = kNoStop};
+                             .stop = kNoStop,
+                             .stop_token_ids = kNoStopTokens,
+                             .logprobs = -1,
+                             .prompt_logprobs = -1};
   const RequestLimits limits{.tokenizer = impl_->tokenizer.get(),
                              .vocab_size = c.vocab_size,
                              .max_context = c.max_position_embeddings,
@@ -78,7 +82,7 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
   const int64_t needed = static_cast<int64_t>(prompt.size()) + req.max_tokens;
 
   const uint64_t seed = sp.seed ? *sp.seed : std::random_device{}();
-  Sampler sampler(sp.temperature, sp.top_k, sp.top_p, seed);
+  RequestSampler sampler(sp, seed, prompt);
   const KvCacheShape kv = kv_cache_shape(c);
   KVCache cache(c.num_hidden_layers, kv.heads, kv.k_dim, std::max<int64_t>(needed, 1), kv.v_dim);
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
@@ -103,7 +107,7 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
   result.finish_reason = "length";
   int64_t pos = static_cast<int64_t>(prompt.size());
   for (int i = 0; i < req.max_tokens; ++i) {
-    const int token = sampler.sample(logits.data(), c.vocab_size);
+    const int token = sampler.sample(logits.data(), c.vocab_size);  // processes `logits` in place
     result.output_token_ids.push_back(token);
     all.push_back(token);
     const bool eos = !req.ignore_eos && c.is_eos(token);

@@ -1,12 +1,13 @@
 #include "moe/engine/request_validation.h"
 
 #include <cmath>
+#include <utility>
 
 #include "moe/core/text_format.h"
 
 namespace moe {
 
-Status validate_sampling(const SamplingParams& sp) {
+Status validate_sampling(const SamplingParams& sp, int vocab_size) {
   if (!(sp.temperature >= 0.0f) || !std::isfinite(sp.temperature)) {
     return invalid_argument("temperature must be a finite number >= 0 (got " + format_g(sp.temperature) + ")");
   }
@@ -14,6 +15,53 @@ Status validate_sampling(const SamplingParams& sp) {
     return invalid_argument("top_p must be in (0, 1] (got " + format_g(sp.top_p) + ")");
   }
   if (sp.top_k < 0) return invalid_argument("top_k must be >= 0 (got " + std::to_string(sp.top_k) + ")");
+  if (!(sp.min_p >= 0.0f && sp.min_p <= 1.0f)) {
+    return invalid_argument("min_p must be in [0, 1] (got " + format_g(sp.min_p) + ")");
+  }
+  const std::pair<const char*, float> penalties[] = {{"presence_penalty", sp.presence_penalty},
+                                                     {"frequency_penalty", sp.frequency_penalty}};
+  for (const auto& [name, value] : penalties) {
+    if (!(value >= -kMaxAbsPenalty && value <= kMaxAbsPenalty)) {
+      return invalid_argument(std::string(name) + " must be in [-2, 2] (got " + format_g(value) + ")");
+    }
+  }
+  if (!(sp.repetition_penalty > 0.0f) || !std::isfinite(sp.repetition_penalty)) {
+    return invalid_argument("repetition_penalty must be a finite number > 0 (got " + format_g(sp.repetition_penalty) +
+                            ")");
+  }
+  for (const auto& [id, bias] : sp.logit_bias) {
+    if (!(bias >= -kMaxAbsLogitBias && bias <= kMaxAbsLogitBias)) {
+      return invalid_argument("logit_bias for token " + std::to_string(id) + " must be in [-100, 100] (got " +
+                              format_g(bias) + ")");
+    }
+    if (vocab_size > 0 && (id < 0 || id >= vocab_size)) {
+      return invalid_argument("logit_bias token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab_size) + ")");
+    }
+  }
+  return ok_status();
+}
+
+Status validate_scheduler_options(const SchedulerOptions& o) {
+  if (o.max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1 (got " + std::to_string(o.max_num_seqs) + ")");
+  if (o.max_num_batched_tokens < o.max_num_seqs) {
+    return invalid_argument("max_num_batched_tokens (" + std::to_string(o.max_num_batched_tokens) +
+                            ") must be >= max_num_seqs (" + std::to_string(o.max_num_seqs) +
+                            "): every running sequence decodes one token per step");
+  }
+  if (o.kv_block_size < 1 || o.kv_block_size > 4096) {
+    return invalid_argument("kv_block_size must be in [1, 4096] (got " + std::to_string(o.kv_block_size) + ")");
+  }
+  if (!(o.idle_heartbeat_seconds > 0)) {
+    return invalid_argument("idle_heartbeat_seconds must be > 0 (got " + std::to_string(o.idle_heartbeat_seconds) + ")");
+  }
+  if (!(o.liveness_timeout_seconds > 0 && std::isfinite(o.liveness_timeout_seconds))) {
+    return invalid_argument("liveness_timeout_seconds must be a finite number > 0 (got " +
+                            std::to_string(o.liveness_timeout_seconds) + ")");
+  }
+  if (o.kv_cache_tokens < 0) {
+    return invalid_argument("kv_cache_tokens must be >= 0 (got " + std::to_string(o.kv_cache_tokens) + ")");
+  }
   return ok_status();
 }
 
@@ -26,6 +74,24 @@ Status validate_stop_strings(const std::vector<std::string>& stop) {
   }
   for (const std::string& s : stop) {
     if (s.empty()) return invalid_argument("stop strings must not be empty");
+  }
+  return ok_status();
+}
+
+Status validate_logprobs(const char* name, int k) {
+  if (k < -1 || k > kMaxLogprobs) {
+    return invalid_argument(std::string(name) + " must be in [-1, " + std::to_string(kMaxLogprobs) +
+                            "] (-1 = off; got " + std::to_string(k) + ")");
+  }
+  return ok_status();
+}
+
+Status validate_stop_token_ids(const std::vector<int>& ids, int vocab) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return invalid_argument("stop_token_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) +
+                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
   }
   return ok_status();
 }
@@ -51,12 +117,15 @@ StatusOr<std::vector<int>> prompt_tokens(const RequestFields& request, const Req
 }  // namespace
 
 StatusOr<std::vector<int>> validate_request(const RequestFields& request, const RequestLimits& limits) {
-  MOE_RETURN_IF_ERROR(validate_sampling(request.sampling));
+  MOE_RETURN_IF_ERROR(validate_sampling(request.sampling, limits.vocab_size));
+  MOE_RETURN_IF_ERROR(validate_logprobs("logprobs", request.logprobs));
+  MOE_RETURN_IF_ERROR(validate_logprobs("prompt_logprobs", request.prompt_logprobs));
   if (request.max_tokens < limits.min_max_tokens) {
     return invalid_argument("max_tokens must be >= " + std::to_string(limits.min_max_tokens) + " (got " +
                             std::to_string(request.max_tokens) + ")");
   }
   MOE_RETURN_IF_ERROR(validate_stop_strings(request.stop));
+  MOE_RETURN_IF_ERROR(validate_stop_token_ids(request.stop_token_ids, limits.vocab_size));
   MOE_ASSIGN_OR_RETURN(std::vector<int> tokens, prompt_tokens(request, limits));
   const int64_t prompt_len = static_cast<int64_t>(tokens.size());
   const int64_t needed = prompt_len + request.max_tokens;

@@ -14,28 +14,37 @@ int argmax(const float* x, int n) {
   return best;
 }
 
-Sampler::Sampler(float temperature, int top_k, float top_p, uint64_t seed)
-    : temperature_(temperature), top_k_(top_k), top_p_(top_p), rng_(seed) {}
+Sampler::Sampler(float temperature, int top_k, float top_p, uint64_t seed, float min_p)
+    : temperature_(temperature), top_k_(top_k), top_p_(top_p), min_p_(min_p), rng_(seed) {}
 
 int Sampler::sample(const float* logits, int vocab) {
   if (temperature_ <= 0.0f) return argmax(logits, vocab);
   order_.resize(static_cast<size_t>(vocab));
   std::iota(order_.begin(), order_.end(), 0);
-  const int k = (top_k_ > 0 && top_k_ < vocab) ? top_k_ : vocab;
+  int k = (top_k_ > 0 && top_k_ < vocab) ? top_k_ : vocab;
   auto by_logit = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   if (k < vocab) {
     std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
   } else {
     std::sort(order_.begin(), order_.end(), by_logit);
   }
-  // Softmax over the k candidates at this temperature.
+  // Softmax over the k candidates at this temperature, relative to the most likely
+  // token (probs_[0] = 1). min_p (before top-k, as vLLM) keeps a prefix of the sorted
+  // order: the tokens with p / p_max >= min_p.
   probs_.resize(static_cast<size_t>(k));
   const float mx = logits[order_[0]];
   double sum = 0;
+  int kept_min_p = k;
   for (int i = 0; i < k; ++i) {
-    probs_[static_cast<size_t>(i)] = std::exp((logits[order_[static_cast<size_t>(i)]] - mx) / temperature_);
-    sum += probs_[static_cast<size_t>(i)];
+    const float p = std::exp((logits[order_[static_cast<size_t>(i)]] - mx) / temperature_);
+    if (min_p_ > 0.0f && p < min_p_) {
+      kept_min_p = i;
+      break;
+    }
+    probs_[static_cast<size_t>(i)] = p;
+    sum += p;
   }
+  if (kept_min_p < k) k = std::max(kept_min_p, 1);
   // Nucleus: the smallest prefix whose mass reaches top_p (at least one token).
   int keep = k;
   if (top_p_ < 1.0f) {

@@ -1,3 +1,5 @@
+// Over 600 lines: the Scheduler is one state machine (State: admission, the step, detokenization,
+// stop handling, timings and its GenerationService methods) whose parts share its private state.
 #include "moe/scheduler.h"
 
 #include <algorithm>
@@ -7,16 +9,19 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <random>
+#include <span>
 #include <unordered_set>
+#include <utility>
 
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
 #include "moe/engine/detokenizer.h"
 #include "moe/engine/engine_core.h"
+#include "moe/engine/logits_processor.h"
 #include "moe/engine/request_validation.h"
-#include "moe/engine/sampler.h"
 #include "moe/runtime/ep_session.h"
 #include "moe/transformer/paged_kv_cache.h"
 
@@ -35,7 +40,11 @@ struct Seq {
   int64_t prefill_len = 0;  // prompt + resumed tokens (SeqRequest.resume_token_ids): prefilled, then decodes
   int64_t cached = 0;       // tokens whose K/V are in the cache
   std::vector<int32_t> blocks;
-  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<RequestSampler> sampler;    // logit_bias, penalties, sampling, logprobs
+  std::vector<TokenLogprob> logprobs;         // of the output tokens not sent yet (req.logprobs >= 0)
+  std::vector<TokenLogprob> prompt_logprobs;  // built while prefilling (req.prompt_logprobs >= 0)
+  bool prompt_logprobs_sent = false;
+  std::vector<float> chunk_logits;            // [chunk, vocab]: every row of a prompt chunk, for prompt_logprobs
   // Incremental detokenization (as Hugging Face TGI / vLLM do): `text` is the
   // continuation so far; tokens [prefix_offset, read_offset) are the already-decoded
   // context whose decoded text is cut off the decode of [prefix_offset, end), so a
@@ -46,23 +55,30 @@ struct Seq {
   size_t emitted = 0;       // bytes of the continuation sent
   size_t tokens_sent = 0;   // output tokens sent
   std::vector<float> logits;
+  // now_seconds() at submit, admission, the first and the latest token generated (0 = not yet).
+  double submitted_at = 0, scheduled_at = 0, first_token_at = 0, last_token_at = 0;
 };
+
+// The final event's engine timings (SeqEvent::queue_seconds ...).
+void set_timings(const Seq& s, SeqEvent& ev) {
+  if (s.scheduled_at > 0) ev.queue_seconds = s.scheduled_at - s.submitted_at;
+  if (s.first_token_at > 0) {
+    ev.prefill_seconds = s.first_token_at - s.scheduled_at;
+    ev.decode_seconds = s.last_token_at - s.first_token_at;
+  }
+}
+
+// The bucket of kIterationTokenBounds a step of `tokens` tokens falls in (the last one: above all).
+size_t iteration_bucket(int64_t tokens) {
+  size_t b = 0;
+  while (b < std::size(kIterationTokenBounds) && tokens > kIterationTokenBounds[b]) ++b;
+  return b;
+}
 
 int64_t blocks_for(int64_t tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
-// Longest suffix of `text` (from `from`) that is a proper prefix of a stop string: held
-// back so that a stop string split over tokens is never half-sent.
-size_t stop_prefix_holdback(const std::string& text, size_t from, const std::vector<std::string>& stops) {
-  size_t hold = 0;
-  for (const std::string& stop : stops) {
-    for (size_t len = std::min(stop.size() - 1, text.size() - from); len > hold; --len) {
-      if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
-        hold = len;
-        break;
-      }
-    }
-  }
-  return hold;
+bool is_stop_token(const SeqRequest& req, int token) {
+  return std::find(req.stop_token_ids.begin(), req.stop_token_ids.end(), token) != req.stop_token_ids.end();
 }
 
 }  // namespace
@@ -115,25 +131,7 @@ Scheduler::~Scheduler() = default;
 
 StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const SchedulerOptions& o) {
   if (engine == nullptr) return invalid_argument("scheduler: no engine");
-  if (o.max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1 (got " + std::to_string(o.max_num_seqs) + ")");
-  if (o.max_num_batched_tokens < o.max_num_seqs) {
-    return invalid_argument("max_num_batched_tokens (" + std::to_string(o.max_num_batched_tokens) +
-                            ") must be >= max_num_seqs (" + std::to_string(o.max_num_seqs) +
-                            "): every running sequence decodes one token per step");
-  }
-  if (o.kv_block_size < 1 || o.kv_block_size > 4096) {
-    return invalid_argument("kv_block_size must be in [1, 4096] (got " + std::to_string(o.kv_block_size) + ")");
-  }
-  if (!(o.idle_heartbeat_seconds > 0)) {
-    return invalid_argument("idle_heartbeat_seconds must be > 0 (got " + std::to_string(o.idle_heartbeat_seconds) + ")");
-  }
-  if (!(o.liveness_timeout_seconds > 0 && std::isfinite(o.liveness_timeout_seconds))) {
-    return invalid_argument("liveness_timeout_seconds must be a finite number > 0 (got " +
-                            std::to_string(o.liveness_timeout_seconds) + ")");
-  }
-  if (o.kv_cache_tokens < 0) {
-    return invalid_argument("kv_cache_tokens must be >= 0 (got " + std::to_string(o.kv_cache_tokens) + ")");
-  }
+  MOE_RETURN_IF_ERROR(validate_scheduler_options(o));
   EngineCore& core = engine->core();
   if (!core.session->is_leader()) {
     return failed_precondition("under expert parallelism the scheduler runs on rank 0; other ranks call run_worker()");
@@ -174,7 +172,10 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
                              .prompt_token_ids = req.prompt_token_ids,
                              .max_tokens = req.max_tokens,
                              .sampling = req.sampling,
-                             .stop = req.stop};
+                             .stop = req.stop,
+                             .stop_token_ids = req.stop_token_ids,
+                             .logprobs = req.logprobs,
+                             .prompt_logprobs = req.prompt_logprobs};
   const RequestLimits limits{.tokenizer = core.tokenizer,
                              .vocab_size = core.config->vocab_size,
                              .max_context = core.config->max_position_embeddings,
@@ -182,6 +183,7 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   auto seq = std::make_unique<Seq>();
   MOE_ASSIGN_OR_RETURN(seq->tokens, validate_request(fields, limits));
   seq->prompt_len = static_cast<int64_t>(seq->tokens.size());
+  seq->submitted_at = now_seconds();
   const int64_t needed = seq->prompt_len + req.max_tokens;
   const int64_t blocks = blocks_for(needed, st.options.kv_block_size);
   if (blocks > st.allocator->total_blocks()) {
@@ -192,7 +194,9 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   seq->read_offset = seq->tokens.size();
   seq->prefix_offset = seq->read_offset - std::min<size_t>(seq->read_offset, 5);
   const uint64_t seed = req.sampling.seed ? *req.sampling.seed : std::random_device{}();
-  seq->sampler = std::make_unique<Sampler>(req.sampling.temperature, req.sampling.top_k, req.sampling.top_p, seed);
+  seq->sampler = std::make_unique<RequestSampler>(req.sampling, seed, seq->tokens, req.logprobs);
+  // A replay's first event (with the prompt logprobs) was delivered before.
+  seq->prompt_logprobs_sent = req.prompt_logprobs < 0 || !req.resume_token_ids.empty();
   seq->req = std::move(req);
   MOE_RETURN_IF_ERROR(st.prime_resumed(*seq));
   seq->prefill_len = static_cast<int64_t>(seq->tokens.size());
@@ -274,6 +278,24 @@ int Scheduler::count_tokens(const std::string& text) const {
   return static_cast<int>(state_->core->tokenizer->encode(text).size());
 }
 
+StatusOr<std::vector<int>> Scheduler::tokenize(const std::string& text, bool add_special_tokens) const {
+  return state_->core->tokenizer->encode(text, add_special_tokens);
+}
+
+StatusOr<std::string> Scheduler::detokenize(const std::vector<int>& ids) const {
+  const Tokenizer& tok = *state_->core->tokenizer;
+  const int vocab = tok.vocab_size();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return invalid_argument("token id " + std::to_string(ids[i]) + " (at index " + std::to_string(i) +
+                              ") is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  return tok.decode(ids);
+}
+
+std::string Scheduler::token_bytes(int id) const { return state_->core->tokenizer->token_bytes(id); }
+
 // Appends the text of newly generated tokens to s.text. While a character is still
 // incomplete (the decode ends in U+FFFD from a partial byte-fallback sequence) the
 // tokens wait, unless `flush` (the sequence ends).
@@ -319,6 +341,8 @@ Status Scheduler::State::prime_resumed(Seq& s) {
     if (!s.req.ignore_eos && core->config->is_eos(t)) {
       return invalid_argument(where + " is an EOS token, which would have ended the request");
     }
+    if (is_stop_token(s.req, t)) return invalid_argument(where + " is in stop_token_ids: it would have ended the request");
+    s.sampler->replay(t);  // penalties count it; the random stream advances past it
     // The uninterrupted run: this token's step detokenized it and its event carried
     // what was sendable then.
     s.tokens.push_back(t);
@@ -332,7 +356,6 @@ Status Scheduler::State::prime_resumed(Seq& s) {
     }
   }
   s.tokens_sent = resumed.size();
-  s.sampler->skip(n);
   return ok_status();
 }
 
@@ -352,7 +375,11 @@ void Scheduler::State::emit(Seq& s, bool finished, const std::string& reason, si
   ev.finish_reason = reason;
   ev.prompt_tokens = static_cast<int>(s.prompt_len);
   ev.completion_tokens = static_cast<int>(out);
-  if (finished || !ev.text.empty() || !ev.token_ids.empty()) s.sink(std::move(ev));
+  if (finished) set_timings(s, ev);
+  if (!finished && ev.text.empty() && ev.token_ids.empty()) return;
+  ev.logprobs = std::exchange(s.logprobs, {});
+  if (!std::exchange(s.prompt_logprobs_sent, true)) ev.prompt_logprobs = std::move(s.prompt_logprobs);
+  s.sink(std::move(ev));
 }
 
 void Scheduler::State::finish(Seq& s, const std::string& reason, const std::string& error, size_t cut) {
@@ -363,6 +390,7 @@ void Scheduler::State::finish(Seq& s, const std::string& reason, const std::stri
     ev.error = error;
     ev.prompt_tokens = static_cast<int>(s.prompt_len);
     ev.completion_tokens = static_cast<int>(s.tokens.size()) - static_cast<int>(s.prompt_len);
+    set_timings(s, ev);
     s.sink(std::move(ev));
   } else {
     emit(s, true, reason, cut);
@@ -382,7 +410,7 @@ Status Scheduler::State::step() {
   int64_t used = 0;
   for (auto& s : running) {  // decodes
     if (s->cached < s->prefill_len) continue;
-    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr});
+    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr, nullptr});
     seg_seq.push_back(s.get());
     ++used;
   }
@@ -390,7 +418,11 @@ Status Scheduler::State::step() {
   for (auto& s : running) {  // prompt chunks
     if (s->cached >= s->prefill_len || used >= budget) continue;
     const int64_t n = std::min(s->prefill_len - s->cached, budget - used);
-    segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr});
+    segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr, nullptr});
+    if (!s->prompt_logprobs_sent && s->cached < s->prompt_len) {  // every row's logits, for prompt_logprobs
+      s->chunk_logits.resize(static_cast<size_t>(n * core->config->vocab_size));
+      segs.back().all_logits = s->chunk_logits.data();
+    }
     seg_seq.push_back(s.get());
     used += n;
     prompt_tokens += n;
@@ -405,13 +437,27 @@ Status Scheduler::State::step() {
   MOE_RETURN_IF_ERROR(core->decoder->forward_batch(segs, kv.get()));
   core->session->mark_active();
   int64_t generated = 0;
+  const double sampled_at = now_seconds();
   for (size_t i = 0; i < segs.size(); ++i) {
     Seq& s = *seg_seq[i];
+    const int vocab = core->config->vocab_size;
+    if (segs[i].all_logits != nullptr) {  // this prompt chunk's logprobs
+      const std::span<const int> prompt(s.tokens.data(), static_cast<size_t>(s.prompt_len));
+      add_prompt_logprobs(segs[i].all_logits, vocab, prompt, s.cached, segs[i].n, s.req.prompt_logprobs,
+                          &s.prompt_logprobs);
+      if (s.cached + segs[i].n >= s.prompt_len) s.chunk_logits = {};  // prompt done: free the rows
+    }
     s.cached += segs[i].n;
     if (segs[i].logits == nullptr) continue;
-    const int token = s.sampler->sample(s.logits.data(), core->config->vocab_size);
+    if (s.first_token_at == 0) s.first_token_at = sampled_at;
+    s.last_token_at = sampled_at;
+    TokenLogprob lp;
+    const int token = s.sampler->sample(s.logits.data(), vocab, &lp);
+    if (s.req.logprobs >= 0) s.logprobs.push_back(std::move(lp));
+    const bool stop_token = is_stop_token(s.req, token);
+    if (stop_token) detokenize(s, /*flush=*/true);  // its own text is not output: the text ends before it
     s.tokens.push_back(token);
-    detokenize(s, /*flush=*/false);
+    if (!stop_token) detokenize(s, /*flush=*/false);
     ++generated;
   }
   // Finished sequences leave the batch now (their blocks are free for the next step).
@@ -419,8 +465,9 @@ Status Scheduler::State::step() {
     Seq& s = *sp;
     const int64_t out = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
     if (static_cast<int64_t>(s.tokens.size()) <= s.prefill_len) continue;  // still prefilling
-    if (!s.req.ignore_eos && core->config->is_eos(s.tokens.back())) {
-      finish(s, "stop");
+    const bool stop_token = is_stop_token(s.req, s.tokens.back());
+    if (stop_token || (!s.req.ignore_eos && core->config->is_eos(s.tokens.back()))) {
+      finish(s, "stop", {}, stop_token ? s.text.size() : std::string::npos);
       continue;
     }
     bool stopped = false;
@@ -447,6 +494,9 @@ Status Scheduler::State::step() {
   std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s->blocks.empty(); });
   std::lock_guard<std::mutex> lock(snap_mu);
   ++snap.steps;
+  if (snap.iteration_tokens.empty()) snap.iteration_tokens.assign(std::size(kIterationTokenBounds) + 1, 0);
+  ++snap.iteration_tokens[iteration_bucket(used)];
+  snap.iteration_tokens_sum += used;
   snap.prompt_tokens_total += prompt_tokens;
   snap.generation_tokens_total += generated;
   return ok_status();
@@ -515,6 +565,7 @@ Status Scheduler::run() {
       Seq& s = *st.waiting.front();
       const int64_t need = blocks_for(s.prompt_len + s.req.max_tokens, st.options.kv_block_size);
       if (!st.allocator->allocate(need, &s.blocks)) break;
+      s.scheduled_at = now_seconds();
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
     }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/core/logging.h"
+#include "moe/jinja/template.h"
 
 namespace moe::serve {
 namespace {
@@ -68,9 +69,60 @@ std::string template_text(const json& config) {
   return "";
 }
 
+// A special token in tokenizer_config.json: a string, or an AddedToken {"content": ...}.
+std::string special_token(const json& config, const char* key) {
+  auto it = config.find(key);
+  if (it == config.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  return "";
+}
+
+bool read_text(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+// `<model_dir>/tokenizer_config.json` parsed; null when absent or unreadable (logged).
+json read_tokenizer_config(const std::string& model_dir) {
+  if (model_dir.empty()) return nullptr;
+  const std::string path = model_dir + "/tokenizer_config.json";
+  std::string text;
+  if (!read_text(path, &text)) return nullptr;
+  try {
+    json config = json::parse(text);
+    if (config.is_object()) return config;
+    MOE_LOG_WARN("{}: not a JSON object; ignored for the chat template", path);
+  } catch (const json::exception& e) {
+    MOE_LOG_WARN("{}: not valid JSON ({}); ignored for the chat template", path, e.what());
+  }
+  return nullptr;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
 
 ChatTemplate::ChatTemplate() = default;
+
+StatusOr<ChatTemplate> ChatTemplate::from_jinja(const std::string& text, const std::string& name,
+                                                const std::string& bos_token, const std::string& eos_token) {
+  auto parsed = jinja::Template::parse(text);
+  if (!parsed.ok()) return invalid_argument("chat template " + name + ": " + parsed.status().message());
+  ChatTemplate t;
+  t.kind_ = Kind::kJinja;
+  t.name_ = name;
+  t.jinja_ = std::make_shared<const jinja::Template>(std::move(parsed).value());
+  t.bos_token_ = bos_token;
+  t.eos_token_ = eos_token;
+  return t;
+}
 
 StatusOr<ChatTemplate> ChatTemplate::builtin(const std::string& name) {
   ChatTemplate t;
@@ -133,29 +185,26 @@ StatusOr<ChatTemplate> ChatTemplate::from_file(const std::string& path) {
 
 StatusOr<ChatTemplate> ChatTemplate::select(const std::string& name_or_path, const std::string& model_dir,
                                             const std::string& model_type) {
+  const json config = read_tokenizer_config(model_dir);
+  const std::string bos = config.is_object() ? special_token(config, "bos_token") : "";
+  const std::string eos = config.is_object() ? special_token(config, "eos_token") : "";
   if (!name_or_path.empty()) {
     if (name_or_path == "plain" || name_or_path == "chatml" || name_or_path == "mistral") return builtin(name_or_path);
-    if (!std::ifstream(name_or_path)) {
+    std::string text;
+    if (!read_text(name_or_path, &text)) {
       return invalid_argument("chat template '" + name_or_path +
                               "' is neither a built-in template (chatml, mistral, plain) nor a readable file");
     }
-    return from_file(name_or_path);
-  }
-  const std::string config_path = model_dir + "/tokenizer_config.json";
-  std::ifstream in(config_path);
-  if (in) {
-    try {
-      json config = json::parse(in);
-      const std::string text = config.is_object() ? template_text(config) : "";
-      if (text.find("<|im_start|>") != std::string::npos) return builtin("chatml");
-      if (text.find("[INST]") != std::string::npos) return builtin("mistral");
-      if (!text.empty()) {
-        MOE_LOG_WARN("{}: chat_template not recognised (neither ChatML nor Mistral); choosing by model family",
-                     config_path);
-      }
-    } catch (const json::exception& e) {
-      MOE_LOG_WARN("{}: not valid JSON ({}); choosing the chat template by model family", config_path, e.what());
+    if (ends_with(name_or_path, ".json")) return from_file(name_or_path);
+    if (!ends_with(name_or_path, ".jinja")) {
+      const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object()) return from_file(name_or_path);
     }
+    return from_jinja(text, name_or_path, bos, eos);
+  }
+  if (config.is_object()) {
+    const std::string text = template_text(config);
+    if (!text.empty()) return from_jinja(text, model_dir + "/tokenizer_config.json", bos, eos);
   }
   if (model_type == "qwen2_moe" || model_type == "qwen3_moe") return builtin("chatml");
   return builtin("plain");
@@ -182,6 +231,19 @@ StatusOr<std::string> ChatTemplate::render(const std::vector<ChatMessage>& messa
         out += user_turn ? "[INST] " + turns[i].content + " [/INST]" : turns[i].content + "</s>";
       }
       return out;
+    }
+    case Kind::kJinja: {
+      json msgs = json::array();
+      for (const ChatMessage& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+      const json context = {{"messages", std::move(msgs)},
+                            {"add_generation_prompt", true},
+                            {"bos_token", bos_token_},
+                            {"eos_token", eos_token_}};
+      auto rendered = jinja_->render(context);
+      if (!rendered.ok()) {
+        return invalid_argument("messages: the chat template (" + name_ + ") failed: " + rendered.status().message());
+      }
+      return rendered;
     }
     case Kind::kFile: {
       out = prefix_;

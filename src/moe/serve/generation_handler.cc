@@ -40,6 +40,18 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
     auto prompt = options.chat_template.render(r.messages);
     if (!prompt.ok()) return send_error(res, make_error(400, prompt.status().message(), "messages"));
     r.seq.prompt = std::move(prompt).value();
+    if (options.chat_template.renders_special_tokens()) {
+      // The rendered text already holds BOS and the role markers: no second BOS.
+      auto ids = service.tokenize(r.seq.prompt, /*add_special_tokens=*/false);
+      if (!ids.ok()) {
+        return send_error(res, make_error(ids.status().code() == StatusCode::kInvalidArgument ? 400 : 500,
+                                          "tokenizing the chat prompt: " + ids.status().message(), "messages"));
+      }
+      if (ids.value().empty()) {
+        return send_error(res, make_error(400, "messages: the chat template rendered an empty prompt", "messages"));
+      }
+      r.seq.prompt_token_ids = std::move(ids).value();
+    }
   }
   std::vector<SeqRequest> seqs = sequence_requests(r);
   int64_t cost = 0;  // rate-limit tokens: every sequence's prompt and max_tokens
@@ -91,6 +103,7 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
     }
     ids.push_back(submitted.value());
   }
+  metrics.observe_request_params(r.n, r.seq.max_tokens);
   for (uint64_t id : ids) add_active(id, channel);
   ResponseMeta meta{make_response_id(chat ? "chatcmpl-" : "cmpl-"), unix_seconds(), limits.served_model_name};
   auto pending = std::make_shared<PendingResponse>(
@@ -114,6 +127,7 @@ void HttpServer::Impl::answer_when_done(PendingResponse& p, const httplib::Reque
   while (!p.body.finished()) {
     p.events.clear();
     const bool open = p.channel->wait_pop(&p.events, std::chrono::milliseconds(options.client_poll_ms));
+    observe_final(p.events);
     if (!p.events.empty()) {
       body += p.body.on_events(p.events);
     } else if (!open) {
@@ -142,6 +156,7 @@ bool HttpServer::Impl::pump(PendingResponse& p, httplib::DataSink& sink) {
   if (out.empty()) {
     p.events.clear();
     const bool open = p.channel->wait_pop(&p.events, std::chrono::milliseconds(options.client_poll_ms));
+    observe_final(p.events);
     if (!p.events.empty()) {
       out = p.body.on_events(p.events);
     } else if (!open) {

@@ -23,6 +23,7 @@
 #include "moe/serve/openai_protocol.h"
 #include "moe/serve/response_stream.h"
 #include "moe/serve/thread_pool.h"
+#include "moe/serve/tokenize_handler.h"
 
 namespace moe::serve {
 namespace {
@@ -35,7 +36,9 @@ constexpr Route kRoutes[] = {{"/v1/completions", "POST"},
                              {"/v1/chat/completions", "POST"},
                              {"/v1/models", "GET, HEAD"},
                              {"/health", "GET, HEAD"},
-                             {"/metrics", "GET, HEAD"}};
+                             {"/metrics", "GET, HEAD"},
+                             {"/tokenize", "POST"},
+                             {"/detokenize", "POST"}};
 
 // A bounded set of `endpoint` label values.
 std::string endpoint_label(const std::string& path) {
@@ -97,6 +100,10 @@ void HttpServer::Impl::remove_active(uint64_t id) {
 }
 
 void HttpServer::Impl::install_routes() {
+  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { handle_tokenizer(true, req, res); });
+  svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_tokenizer(false, req, res);
+  });
   svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::kCompletions, req, res);
   });
@@ -204,9 +211,15 @@ Status HttpServer::start() {
   m.limits.max_tokens_limit = m.options.max_tokens_limit > 0 ? m.options.max_tokens_limit : std::max(1, m.context);
   m.limits.vocab_size = info.vocab_size;
   m.limits.max_n = m.options.max_n;
+  m.metrics.set_model_name(m.limits.served_model_name, m.context);
+
+  auto cors = CorsPolicy::create(m.options.cors);
+  if (!cors.ok()) return cors.status();
+  m.cors = std::move(cors).value();
 
   ::signal(SIGPIPE, SIG_IGN);
   m.install_routes();
+  m.install_cors();
   const size_t max_threads = std::max<size_t>(1, m.options.max_threads);
   m.svr.new_task_queue = [max_threads] { return new GrowingThreadPool(std::min<size_t>(4, max_threads), max_threads); };
   m.svr.set_read_timeout(m.options.read_timeout_seconds, 0);

@@ -10,6 +10,9 @@
 //                                                      "detail"}; under the supervisor also
 //                                                      "worker_pids": [pid of rank 0, ...]
 //   GET  /metrics                                      Prometheus text format (no auth)
+//   POST /tokenize, POST /detokenize                   vLLM's (tokenize_handler.h; auth as /v1/*)
+// CORS (cors.h), off by default: preflights from allowed origins get 204, responses to
+// them Access-Control-Allow-Origin.
 // Other paths: 404; another method on a known path: 405 with Allow. Errors are OpenAI
 // error JSON (openai_protocol.h). With api_keys, /v1/* needs "Authorization: Bearer
 // KEY" (401 otherwise). Rate limits (rate_limiter.h) answer 429 with Retry-After
@@ -55,6 +58,7 @@
 
 #include "moe/generation_service.h"
 #include "moe/serve/chat_template.h"
+#include "moe/serve/cors.h"
 #include "moe/serve/rate_limiter.h"
 #include "moe/serve/server_metrics.h"
 #include "moe/status.h"
@@ -77,6 +81,7 @@ struct ServerOptions {
   int keep_alive_timeout_seconds = 5;    // idle keep-alive connections close after this
   size_t max_threads = 2048;             // connections served at once; more wait in a queue
   int client_poll_ms = 50;               // how often a waiting response checks its client
+  CorsOptions cors;                      // no allowed origins = CORS off
 };
 
 class HttpServer {
@@ -88,7 +93,7 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds host:port and serves on a background thread. InvalidArgument for bad options
-  // (max_tokens_limit < 0, max_body_bytes 0, max_n < 1); Unavailable when the address cannot be
+  // (max_tokens_limit < 0, max_body_bytes 0, max_n < 1, bad CORS lists); Unavailable when the address cannot be
   // bound (in use, bad host). Call once.
   Status start();
   int port() const;  // the bound port (after start())

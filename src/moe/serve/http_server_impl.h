@@ -19,6 +19,7 @@
 
 #include <httplib.h>
 
+#include "moe/serve/cors.h"
 #include "moe/serve/event_channel.h"
 #include "moe/serve/http_server.h"
 #include "moe/serve/openai_protocol.h"
@@ -94,6 +95,7 @@ struct HttpServer::Impl {
   int context = 0;
   RateLimiter limiter;
   ServerMetrics metrics;
+  CorsPolicy cors;
   Listener svr;
   std::thread thread;
   int port = -1;
@@ -108,6 +110,14 @@ struct HttpServer::Impl {
   bool channels_closed = false;
 
   void install_routes();
+  void install_cors();
+  // The engine's per-request timings of final events (vllm: metrics).
+  void observe_final(const std::vector<TimedEvent>& events) {
+    for (const TimedEvent& te : events) {
+      if (te.event.finished) metrics.observe_finished(te.event);
+    }
+  }
+  void handle_tokenizer(bool tokenize, const httplib::Request& req, httplib::Response& res);
   std::optional<ApiError> check_auth(const httplib::Request& req) const;
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void answer_when_done(PendingResponse& p, const httplib::Request& req, httplib::Response& res);

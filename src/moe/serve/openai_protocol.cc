@@ -313,4 +313,10 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
   }
 }
 
+std::optional<ApiError> parse_chat_messages(std::string_view body, std::vector<ChatMessage>* out) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return bad("", "the request body must be a JSON object");
+  return parse_messages(j, out);
+}
+
 }  // namespace moe::serve

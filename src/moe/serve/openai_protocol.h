@@ -93,6 +93,10 @@ struct OpenAiRequest {
   bool include_usage = false;         // stream_options.include_usage
 };
 
+// A chat's `messages` field from a request body (e.g. POST /tokenize's), validated as
+// in chat completions (400 naming messages[i].role / .content).
+std::optional<ApiError> parse_chat_messages(std::string_view body, std::vector<ChatMessage>* out);
+
 // Parses and validates a request body (JSON, UTF-8). Unknown fields are ignored, as
 // OpenAI does; null counts as absent. Returns the error to send, or nullopt with
 // `*out` filled. Errors: 400 for malformed JSON, invalid UTF-8, wrong types or values

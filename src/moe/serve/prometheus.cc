@@ -68,6 +68,13 @@ void Histogram::observe(double v) {
   sum_ += v;
 }
 
+void Histogram::set(const std::vector<uint64_t>& counts, double sum) {
+  MOE_CHECK(counts.size() == upper_bounds_.size() + 1);
+  std::lock_guard<std::mutex> lock(mu_);
+  counts_ = counts;
+  sum_ = sum;
+}
+
 Histogram::Data Histogram::data() const {
   Data d;
   d.upper_bounds = upper_bounds_;

@@ -54,6 +54,9 @@ class Histogram {
   // `upper_bounds`: increasing bucket bounds; +Inf is implicit.
   explicit Histogram(std::vector<double> upper_bounds);
   void observe(double v);
+  // Mirrors a histogram kept elsewhere with the same bounds: `counts` per bucket (not
+  // cumulative), +Inf last (MOE_CHECK on a size mismatch), and their sum.
+  void set(const std::vector<uint64_t>& counts, double sum);
   struct Data {
     std::vector<double> upper_bounds;
     std::vector<uint64_t> cumulative_counts;  // per bound, then +Inf (= count)

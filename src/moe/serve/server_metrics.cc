@@ -1,5 +1,8 @@
 #include "moe/serve/server_metrics.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace moe::serve {
 namespace {
 
@@ -12,7 +15,141 @@ const std::vector<double> kRecoveryBuckets = {0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0
 const std::vector<double> kE2eBuckets = {0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                                          50.0, 60.0, 120.0, 240.0, 480.0, 960.0};
 
+// vLLM's buckets.
+const std::vector<double> kRequestTimeBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,    10.0,   15.0, 20.0,
+                                                 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const std::vector<double> kTpotBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kParamsNBuckets = {1, 2, 5, 10, 20};
+
+// 1, 2, 5, 10, 20, 50, ... up to `max` (vLLM's build_1_2_5_buckets).
+std::vector<double> buckets_1_2_5(int max) {
+  std::vector<double> out;
+  for (double mag = 1;; mag *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m * mag > max) return out.empty() ? std::vector<double>{1} : out;
+      out.push_back(m * mag);
+    }
+  }
+}
+
+// Per-bucket (not cumulative) counts of a histogram's data, +Inf last.
+std::vector<uint64_t> bucket_counts(const Histogram::Data& d) {
+  std::vector<uint64_t> out(d.cumulative_counts.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = d.cumulative_counts[i] - (i > 0 ? d.cumulative_counts[i - 1] : 0);
+  return out;
+}
+
 }  // namespace
+
+struct ServerMetrics::Vllm {
+  Histogram *ttft, *itl, *tpot_old, *e2e;
+  Histogram *queue, *prefill, *decode, *inference, *tpot;
+  Histogram *prompt_tokens, *generation_tokens, *max_generation_tokens, *params_n, *params_max_tokens;
+  Histogram* iteration_tokens;
+};
+
+ServerMetrics::~ServerMetrics() = default;
+
+void ServerMetrics::set_model_name(const std::string& model_name, int max_model_len) {
+  model_ = {{"model_name", model_name}};
+  auto v = std::make_unique<Vllm>();
+  MetricsRegistry& r = registry_;
+  r.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", model_);
+  r.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", model_);
+  r.gauge("vllm:num_requests_swapped", "Number of requests swapped to CPU (always 0: no swapping).", model_);
+  r.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", model_);
+  r.gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (vLLM's older name). 1 means 100 percent usage.", model_);
+  r.gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage (always 0: no CPU swap space).", model_);
+  r.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", model_);
+  r.counter("vllm:generation_tokens_total", "Number of generation tokens processed.", model_);
+  r.counter("vllm:num_preemptions_total", "Cumulative number of preemptions (always 0: the scheduler never preempts).",
+            model_);
+  for (const char* reason : {"stop", "length", "abort"}) {
+    Labels l = model_;
+    l.emplace_back("finished_reason", reason);
+    r.counter("vllm:request_success_total", "Count of successfully processed requests.", l);
+  }
+  v->ttft = &r.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                         kTtftBuckets, model_);
+  v->itl = &r.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", kItlBuckets,
+                        model_);
+  v->tpot_old = &r.histogram("vllm:time_per_output_token_seconds",
+                             "Histogram of time per output token in seconds (inter-token latency).", kItlBuckets, model_);
+  v->e2e = &r.histogram("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.",
+                        kE2eBuckets, model_);
+  v->queue = &r.histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+                          kRequestTimeBuckets, model_);
+  v->prefill = &r.histogram("vllm:request_prefill_time_seconds",
+                            "Histogram of time spent in PREFILL phase for request.", kRequestTimeBuckets, model_);
+  v->decode = &r.histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+                           kRequestTimeBuckets, model_);
+  v->inference = &r.histogram("vllm:request_inference_time_seconds",
+                              "Histogram of time spent in RUNNING phase for request.", kRequestTimeBuckets, model_);
+  v->tpot = &r.histogram("vllm:request_time_per_output_token_seconds",
+                         "Histogram of time_per_output_token_seconds per request.", kTpotBuckets, model_);
+  const std::vector<double> token_buckets = buckets_1_2_5(std::max(1, max_model_len));
+  v->prompt_tokens = &r.histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets,
+                                  model_);
+  v->generation_tokens = &r.histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+                                      token_buckets, model_);
+  v->max_generation_tokens = &r.histogram("vllm:request_max_num_generation_tokens",
+                                          "Histogram of maximum number of requested generation tokens.", token_buckets,
+                                          model_);
+  v->params_n = &r.histogram("vllm:request_params_n", "Histogram of the n request parameter.", kParamsNBuckets, model_);
+  v->params_max_tokens = &r.histogram("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+                                      token_buckets, model_);
+  std::vector<double> iteration_bounds(std::begin(kIterationTokenBounds), std::end(kIterationTokenBounds));
+  v->iteration_tokens = &r.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+                                     iteration_bounds, model_);
+  vllm_ = std::move(v);
+}
+
+void ServerMetrics::observe_finished(const SeqEvent& ev) {
+  if (!vllm_ || ev.finish_reason == "error") return;
+  Vllm& v = *vllm_;
+  v.queue->observe(ev.queue_seconds);
+  v.prefill->observe(ev.prefill_seconds);
+  v.decode->observe(ev.decode_seconds);
+  v.inference->observe(ev.prefill_seconds + ev.decode_seconds);
+  v.tpot->observe(ev.completion_tokens > 1 ? ev.decode_seconds / (ev.completion_tokens - 1) : 0.0);
+  v.prompt_tokens->observe(ev.prompt_tokens);
+  v.generation_tokens->observe(ev.completion_tokens);
+  v.max_generation_tokens->observe(ev.completion_tokens);
+}
+
+void ServerMetrics::observe_request_params(int n, int max_tokens) {
+  if (!vllm_) return;
+  vllm_->params_n->observe(n);
+  vllm_->params_max_tokens->observe(max_tokens);
+}
+
+void ServerMetrics::render_vllm(const ServiceSnapshot& s) {
+  if (!vllm_) return;
+  Vllm& v = *vllm_;
+  MetricsRegistry& r = registry_;
+  r.gauge("vllm:num_requests_running", "", model_).set(s.running);
+  r.gauge("vllm:num_requests_waiting", "", model_).set(s.waiting);
+  const double usage =
+      s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total) : 0;
+  r.gauge("vllm:kv_cache_usage_perc", "", model_).set(usage);
+  r.gauge("vllm:gpu_cache_usage_perc", "", model_).set(usage);
+  r.counter("vllm:prompt_tokens_total", "", model_).set(static_cast<double>(s.prompt_tokens_total));
+  r.counter("vllm:generation_tokens_total", "", model_).set(static_cast<double>(s.generation_tokens_total));
+  r.counter("vllm:num_preemptions_total", "", model_).set(static_cast<double>(s.preemptions));
+  // Copies of the server's own latency histograms (same buckets).
+  const Histogram::Data itl = itl_->data();
+  const Histogram::Data ttft = ttft_->data();
+  v.ttft->set(bucket_counts(ttft), ttft.sum);
+  v.itl->set(bucket_counts(itl), itl.sum);
+  v.tpot_old->set(bucket_counts(itl), itl.sum);
+  const Histogram::Data e2e = e2e_->data();
+  v.e2e->set(bucket_counts(e2e), e2e.sum);
+  if (s.iteration_tokens.size() == std::size(kIterationTokenBounds) + 1) {
+    v.iteration_tokens->set(std::vector<uint64_t>(s.iteration_tokens.begin(), s.iteration_tokens.end()),
+                            static_cast<double>(s.iteration_tokens_sum));
+  }
+}
 
 ServerMetrics::ServerMetrics() {
   // Families that must appear from the start (in this order).
@@ -57,6 +194,11 @@ void ServerMetrics::count_http(const std::string& endpoint, int status) {
 
 void ServerMetrics::count_finished(const std::string& finish_reason) {
   registry_.counter("moe:request_success_total", "", {{"finished_reason", finish_reason}}).inc();
+  if (vllm_) {
+    Labels l = model_;
+    l.emplace_back("finished_reason", finish_reason);
+    registry_.counter("vllm:request_success_total", "", l).inc();
+  }
 }
 
 std::string ServerMetrics::render(const ServiceSnapshot& s) {
@@ -97,6 +239,7 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
           .set(static_cast<double>(s.expert_tokens[i][e]));
     }
   }
+  render_vllm(s);
   return registry_.render();
 }
 

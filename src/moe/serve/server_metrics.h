@@ -18,10 +18,33 @@
 //   moe:lost_experts                                      gauge, (layer, expert) pairs with no live replica
 //   moe:degraded_tokens_total                             counter, tokens rerouted from a lost expert
 //   moe:failover_seconds                                  histogram, rank failure -> serving on survivors
-// Thread-safe.
+//
+// And vLLM's names (prefix "vllm:", label model_name = the served model name), so that
+// vLLM's Grafana dashboard (examples/observability/prometheus_grafana/grafana.json)
+// works unchanged; registered by set_model_name():
+//   vllm:num_requests_running / _waiting / _swapped (0)   gauges
+//   vllm:kv_cache_usage_perc, vllm:gpu_cache_usage_perc   gauges, fraction of KV blocks used [0, 1]
+//   vllm:cpu_cache_usage_perc                             gauge, 0 (no CPU swap space)
+//   vllm:prompt_tokens_total / vllm:generation_tokens_total   counters
+//   vllm:num_preemptions_total                            counter, 0: the scheduler never preempts
+//   vllm:request_success_total{finished_reason}           counter
+//   vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
+//   vllm:time_per_output_token_seconds (vLLM's older name of the same),
+//   vllm:e2e_request_latency_seconds                      histograms, copies of the moe: ones
+//   vllm:request_queue_time_seconds / _prefill_time_seconds / _decode_time_seconds /
+//   vllm:request_inference_time_seconds                   histograms, the engine's per-request
+//                                                          timings (SeqEvent::queue_seconds ...)
+//   vllm:request_time_per_output_token_seconds            histogram, decode time / (tokens - 1)
+//   vllm:request_prompt_tokens / _generation_tokens       histograms per finished sequence
+//   vllm:request_max_num_generation_tokens                histogram, generated tokens of a
+//                                                          finished sequence (n = 1: the request)
+//   vllm:request_params_n / vllm:request_params_max_tokens   histograms per request
+//   vllm:iteration_tokens_total                           histogram, tokens per engine step
+// Thread-safe, except set_model_name() (once, before serving).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -33,8 +56,18 @@ namespace moe::serve {
 class ServerMetrics {
  public:
   ServerMetrics();
+  ~ServerMetrics();
   void count_http(const std::string& endpoint, int status);
   void count_finished(const std::string& finish_reason);
+  // Registers the vllm: families with label model_name = `model_name`; token-count
+  // buckets 1, 2, 5, 10, 20, 50 ... up to `max_model_len` (vLLM's). Call once, before
+  // serving.
+  void set_model_name(const std::string& model_name, int max_model_len);
+  // A sequence's final event (its timings and token counts); events ending in "error"
+  // are not observed. No-op before set_model_name().
+  void observe_finished(const SeqEvent& final_event);
+  // One accepted generation request's parameters. No-op before set_model_name().
+  void observe_request_params(int n, int max_tokens);
   Histogram& ttft() { return *ttft_; }
   Histogram& inter_token() { return *itl_; }
   Histogram& e2e() { return *e2e_; }
@@ -52,6 +85,12 @@ class ServerMetrics {
   size_t recoveries_observed_ = 0;  // entries of ServiceSnapshot::recovery_seconds observed
   Histogram* failover_;
   size_t failovers_observed_ = 0;  // entries of ServiceSnapshot::failover_seconds observed
+
+  // vllm: families (null before set_model_name()).
+  Labels model_;
+  struct Vllm;
+  std::unique_ptr<Vllm> vllm_;
+  void render_vllm(const ServiceSnapshot& s);
 };
 
 }  // namespace moe::serve

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "moe/core/logging.h"
 #include "moe/supervisor/request_journal.h"
@@ -123,6 +124,12 @@ struct SupervisedService::State {
   void join_attempts(bool all);
   void stop_all();
   void announce(const WorkerHandle& g, const char* what);
+  template <typename F>
+  auto with_worker(F call) const -> std::optional<decltype(call(std::declval<WorkerClient&>()))>;
+
+  // Every token's bytes (token_bytes), fetched from the worker once.
+  std::mutex vocab_mu;
+  std::vector<std::string> vocab_bytes;
 };
 
 void SupervisedService::State::announce(const WorkerHandle& g, const char* what) {
@@ -532,25 +539,55 @@ ServiceHealth SupervisedService::health() const {
 
 const ModelInfo& SupervisedService::model_info() const { return state_->info; }
 
-int SupervisedService::count_tokens(const std::string& text) const {
-  State& s = *state_;
-  const Clock::time_point deadline = Clock::now() + to_duration(s.options.recovery_timeout_seconds);
+// Calls `call(client)` on the serving group; while it is down (or the call gets no
+// answer) waits for it, up to the recovery timeout. nullopt when there was no answer.
+template <typename F>
+auto SupervisedService::State::with_worker(F call) const -> std::optional<decltype(call(std::declval<WorkerClient&>()))> {
+  const Clock::time_point deadline = Clock::now() + to_duration(options.recovery_timeout_seconds);
   while (true) {
-    int port = 0;
+    int p = 0;
     {
-      std::lock_guard<std::mutex> lock(s.mu);
-      if (s.mode == State::Mode::kFailed || s.quit) break;
-      if (s.mode == State::Mode::kServing) port = s.port;
+      std::lock_guard<std::mutex> lock(mu);
+      if (mode == Mode::kFailed || quit) break;
+      if (mode == Mode::kServing) p = port;
     }
-    if (port > 0) {
-      auto n = WorkerClient(port, s.options.control_timeout_seconds).count_tokens(text);
-      if (n.ok()) return n.value();
+    if (p > 0) {
+      WorkerClient client(p, options.control_timeout_seconds);
+      auto r = call(client);
+      if (r.ok() || is_bad_input(r.status().code()) || r.status().code() == StatusCode::kUnimplemented) return r;
     }
     if (Clock::now() >= deadline) break;
-    std::unique_lock<std::mutex> lock(s.mu);
-    s.cv.wait_for(lock, std::chrono::milliseconds(50));
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::milliseconds(50));
   }
-  return 1 + static_cast<int>(text.size());
+  return std::nullopt;
+}
+
+int SupervisedService::count_tokens(const std::string& text) const {
+  auto n = state_->with_worker([&](WorkerClient& c) { return c.count_tokens(text); });
+  return n ? n->value() : 1 + static_cast<int>(text.size());
+}
+
+StatusOr<std::vector<int>> SupervisedService::tokenize(const std::string& text, bool add_special_tokens) const {
+  auto ids = state_->with_worker([&](WorkerClient& c) { return c.tokenize(text, add_special_tokens); });
+  if (!ids) return Status(StatusCode::kUnavailable, "tokenize: the worker group is not serving");
+  return std::move(*ids);
+}
+
+StatusOr<std::string> SupervisedService::detokenize(const std::vector<int>& ids) const {
+  auto text = state_->with_worker([&](WorkerClient& c) { return c.detokenize(ids); });
+  if (!text) return Status(StatusCode::kUnavailable, "detokenize: the worker group is not serving");
+  return std::move(*text);
+}
+
+std::string SupervisedService::token_bytes(int id) const {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.vocab_mu);
+  if (s.vocab_bytes.empty()) {  // fetched once (the model is the same in every group)
+    auto v = s.with_worker([](WorkerClient& c) { return c.vocab_bytes(); });
+    if (v && v->ok()) s.vocab_bytes = std::move(*v).value();
+  }
+  return id >= 0 && static_cast<size_t>(id) < s.vocab_bytes.size() ? s.vocab_bytes[static_cast<size_t>(id)] : "";
 }
 
 }  // namespace moe::supervisor

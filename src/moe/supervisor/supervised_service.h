@@ -24,6 +24,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "moe/generation_service.h"
 #include "moe/status.h"
@@ -67,6 +68,13 @@ class SupervisedService final : public GenerationService {
   // Forwarded to the worker; while it is down, waits for it (up to the recovery
   // timeout), then answers 1 + the text's byte count (an upper bound).
   int count_tokens(const std::string& text) const override;
+  // Forwarded to the worker (its errors, e.g. InvalidArgument for an id out of range,
+  // as they are); while it is down, waits as count_tokens does, then Unavailable.
+  StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override;
+  StatusOr<std::string> detokenize(const std::vector<int>& ids) const override;
+  // From the whole vocabulary's bytes, fetched from the worker once (at the first call)
+  // and cached: cheap per token. Empty when the worker could not be reached.
+  std::string token_bytes(int id) const override;
 
   struct State;  // implementation detail (supervised_service.cc)
 

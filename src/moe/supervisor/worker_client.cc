@@ -65,6 +65,25 @@ StatusOr<int> WorkerClient::count_tokens(const std::string& text) const {
   return j["count"].get<int>();
 }
 
+StatusOr<std::vector<int>> WorkerClient::tokenize(const std::string& text, bool add_special_tokens) const {
+  const std::string req = nlohmann::json({{"text", text}, {"add_special_tokens", add_special_tokens}})
+                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  MOE_ASSIGN_OR_RETURN(std::string body, call("POST", "/tokenize", req));
+  MOE_ASSIGN_OR_RETURN(StatusOr<std::vector<int>> reply, internal_if_bad(decode_ids_reply(body), "/tokenize"));
+  return reply;
+}
+
+StatusOr<std::string> WorkerClient::detokenize(const std::vector<int>& ids) const {
+  MOE_ASSIGN_OR_RETURN(std::string body, call("POST", "/detokenize", nlohmann::json({{"ids", ids}}).dump()));
+  MOE_ASSIGN_OR_RETURN(StatusOr<std::string> reply, internal_if_bad(decode_text_reply(body), "/detokenize"));
+  return reply;
+}
+
+StatusOr<std::vector<std::string>> WorkerClient::vocab_bytes() const {
+  MOE_ASSIGN_OR_RETURN(std::string body, call("GET", "/vocab_bytes", ""));
+  return internal_if_bad(decode_vocab_bytes(body), "/vocab_bytes");
+}
+
 SubmitStream::SubmitStream(int port, double connect_timeout_seconds)
     : port_(port), connect_timeout_seconds_(connect_timeout_seconds) {}
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "moe/generation_service.h"
 #include "moe/status.h"
@@ -27,6 +28,12 @@ class WorkerClient {
   StatusOr<ServiceSnapshot> snapshot() const;
   StatusOr<ModelInfo> model_info() const;
   StatusOr<int> count_tokens(const std::string& text) const;
+  // The worker service's answers (its own errors, e.g. InvalidArgument, come back as
+  // they are), or Unavailable / Internal as above.
+  StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const;
+  StatusOr<std::string> detokenize(const std::vector<int>& ids) const;
+  // token_bytes() of every id in [0, vocab_size) (one call; the vocabulary's size in entries).
+  StatusOr<std::vector<std::string>> vocab_bytes() const;
 
  private:
   StatusOr<std::string> call(const std::string& method, const std::string& path, const std::string& body) const;

@@ -170,6 +170,38 @@ void WorkerEndpoint::Impl::install_routes() {
     }
     res.set_content(nlohmann::json({{"count", service.count_tokens(j["text"].get<std::string>())}}).dump(), kJson);
   });
+  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string() ||
+        (j.contains("add_special_tokens") && !j["add_special_tokens"].is_boolean())) {
+      res.status = 400;
+      res.set_content(R"({"error":"expected {\"text\":\"...\",\"add_special_tokens\":B}"})", kJson);
+      return;
+    }
+    const bool special = j.value("add_special_tokens", true);
+    res.set_content(encode_ids_reply(service.tokenize(j["text"].get<std::string>(), special)), kJson);
+  });
+  svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    std::vector<int> ids;
+    bool ok = !j.is_discarded() && j.is_object() && j.contains("ids") && j["ids"].is_array();
+    for (size_t i = 0; ok && i < j["ids"].size(); ++i) {
+      ok = j["ids"][i].is_number_integer();
+      if (ok) ids.push_back(j["ids"][i].get<int>());
+    }
+    if (!ok) {
+      res.status = 400;
+      res.set_content(R"({"error":"expected {\"ids\":[N,...]}"})", kJson);
+      return;
+    }
+    res.set_content(encode_text_reply(service.detokenize(ids)), kJson);
+  });
+  svr.Get("/vocab_bytes", [this](const httplib::Request&, httplib::Response& res) {
+    const int vocab = service.model_info().vocab_size;
+    std::vector<std::string> tokens(static_cast<size_t>(std::max(0, vocab)));
+    for (int id = 0; id < vocab; ++id) tokens[static_cast<size_t>(id)] = service.token_bytes(id);
+    res.set_content(encode_vocab_bytes(tokens), kJson);
+  });
   svr.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
     try {

@@ -1,6 +1,9 @@
 #include "moe/supervisor/worker_protocol.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <iterator>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -33,7 +36,141 @@ Status get(const json& j, const char* key, T* out, const char* what) {
   return ok_status();
 }
 
+// A logprob as JSON: a number, or null for -inf (a token the logits rule out), which
+// JSON cannot write.
+json logprob_json(float lp) { return std::isfinite(lp) ? json(lp) : json(nullptr); }
+
+StatusOr<float> logprob_of(const json& j, const char* what) {
+  if (j.is_null()) return -std::numeric_limits<float>::infinity();
+  if (!j.is_number()) return invalid_argument(std::string("malformed ") + what + ": a logprob is not a number");
+  return j.get<float>();
+}
+
+// TokenLogprobs as [{"id":ID,"logprob":LP,"top":[[ID,LP],...]},...].
+json logprobs_json(const std::vector<TokenLogprob>& lps) {
+  json out = json::array();
+  for (const TokenLogprob& lp : lps) {
+    json top = json::array();
+    for (const auto& [id, v] : lp.top) top.push_back(json::array({id, logprob_json(v)}));
+    out.push_back({{"id", lp.token_id}, {"logprob", logprob_json(lp.logprob)}, {"top", std::move(top)}});
+  }
+  return out;
+}
+
+Status get_logprobs(const json& j, const char* key, std::vector<TokenLogprob>* out, const char* what) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ok_status();
+  const std::string field = std::string(what) + " field '" + key + "'";
+  if (!it->is_array()) return invalid_argument("malformed " + field + ": not an array");
+  for (const json& e : *it) {
+    if (!e.is_object() || !e.contains("id") || !e["id"].is_number_integer() || !e.contains("logprob")) {
+      return invalid_argument("malformed " + field + ": an entry is not {\"id\",\"logprob\",\"top\"}");
+    }
+    TokenLogprob lp;
+    lp.token_id = e["id"].get<int>();
+    MOE_ASSIGN_OR_RETURN(lp.logprob, logprob_of(e["logprob"], field.c_str()));
+    if (e.contains("top")) {
+      if (!e["top"].is_array()) return invalid_argument("malformed " + field + ": 'top' is not an array");
+      for (const json& t : e["top"]) {
+        if (!t.is_array() || t.size() != 2 || !t[0].is_number_integer()) {
+          return invalid_argument("malformed " + field + ": a 'top' entry is not [id, logprob]");
+        }
+        MOE_ASSIGN_OR_RETURN(float v, logprob_of(t[1], field.c_str()));
+        lp.top.emplace_back(t[0].get<int>(), v);
+      }
+    }
+    out->push_back(std::move(lp));
+  }
+  return ok_status();
+json status_json(const Status& st) {
+  return {{"code", static_cast<int>(st.code())}, {"message", st.message()}};
+}
+
+// {"ok": ...} -> the value; {"error": {code, message}} -> that Status.
+template <typename T>
+StatusOr<StatusOr<T>> decode_reply(const std::string& text, const char* what) {
+  MOE_ASSIGN_OR_RETURN(json j, parse_object(text, what));
+  if (j.contains("ok")) {
+    T value{};
+    MOE_RETURN_IF_ERROR(get(j, "ok", &value, what));
+    return StatusOr<T>(std::move(value));
+  }
+  if (j.contains("error") && j["error"].is_object()) {
+    int code = 0;
+    std::string message;
+    MOE_RETURN_IF_ERROR(get(j["error"], "code", &code, what));
+    MOE_RETURN_IF_ERROR(get(j["error"], "message", &message, what));
+    if (code <= 0 || code > static_cast<int>(StatusCode::kDeadlineExceeded)) {
+      return invalid_argument(std::string("malformed ") + what + ": unknown status code " + std::to_string(code));
+    }
+    return StatusOr<T>(Status(static_cast<StatusCode>(code), message));
+  }
+  return invalid_argument(std::string("malformed ") + what + ": neither 'ok' nor 'error'");
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 }  // namespace
+
+std::string encode_ids_reply(const StatusOr<std::vector<int>>& reply) {
+  if (reply.ok()) return dump({{"ok", reply.value()}});
+  return dump({{"error", status_json(reply.status())}});
+}
+
+StatusOr<StatusOr<std::vector<int>>> decode_ids_reply(const std::string& text) {
+  return decode_reply<std::vector<int>>(text, "ids reply");
+}
+
+std::string encode_text_reply(const StatusOr<std::string>& reply) {
+  if (reply.ok()) return dump({{"ok", reply.value()}});
+  return dump({{"error", status_json(reply.status())}});
+}
+
+StatusOr<StatusOr<std::string>> decode_text_reply(const std::string& text) {
+  return decode_reply<std::string>(text, "text reply");
+}
+
+std::string encode_vocab_bytes(const std::vector<std::string>& tokens) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  json arr = json::array();
+  for (const std::string& t : tokens) {
+    std::string h;
+    h.reserve(2 * t.size());
+    for (unsigned char c : t) {
+      h.push_back(kHex[c >> 4]);
+      h.push_back(kHex[c & 15]);
+    }
+    arr.push_back(std::move(h));
+  }
+  return dump({{"tokens", std::move(arr)}});
+}
+
+StatusOr<std::vector<std::string>> decode_vocab_bytes(const std::string& text) {
+  constexpr const char* kWhat = "vocab bytes";
+  MOE_ASSIGN_OR_RETURN(json j, parse_object(text, kWhat));
+  std::vector<std::string> hex;
+  MOE_RETURN_IF_ERROR(get(j, "tokens", &hex, kWhat));
+  std::vector<std::string> out;
+  out.reserve(hex.size());
+  for (size_t i = 0; i < hex.size(); ++i) {
+    const std::string& h = hex[i];
+    std::string bytes;
+    bool bad = h.size() % 2 != 0;
+    for (size_t k = 0; !bad && k < h.size(); k += 2) {
+      const int hi = hex_value(h[k]), lo = hex_value(h[k + 1]);
+      bad = hi < 0 || lo < 0;
+      if (!bad) bytes.push_back(static_cast<char>(hi * 16 + lo));
+    }
+    if (bad) return invalid_argument("malformed vocab bytes: tokens[" + std::to_string(i) + "] is not hex: " + h);
+    out.push_back(std::move(bytes));
+  }
+  return out;
+}
 
 std::string encode_request(const SeqRequest& r) {
   json j = {{"prompt", r.prompt},
@@ -42,8 +179,18 @@ std::string encode_request(const SeqRequest& r) {
             {"temperature", r.sampling.temperature},
             {"top_k", r.sampling.top_k},
             {"top_p", r.sampling.top_p},
+            {"min_p", r.sampling.min_p},
+            {"presence_penalty", r.sampling.presence_penalty},
+            {"frequency_penalty", r.sampling.frequency_penalty},
+            {"repetition_penalty", r.sampling.repetition_penalty},
+            {"logit_bias", r.sampling.logit_bias},
             {"stop", r.stop},
             {"ignore_eos", r.ignore_eos},
+            {"stop_token_ids", r.stop_token_ids},
+            {"logprobs", r.logprobs},
+            {"prompt_logprobs", r.prompt_logprobs},
+            {"response_format", r.response_format},
+            {"json_schema", r.json_schema},
             {"resume_token_ids", r.resume_token_ids}};
   if (r.sampling.seed) j["seed"] = *r.sampling.seed;
   return dump(j);
@@ -59,8 +206,18 @@ StatusOr<SeqRequest> decode_request(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "temperature", &r.sampling.temperature, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "top_k", &r.sampling.top_k, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "top_p", &r.sampling.top_p, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "min_p", &r.sampling.min_p, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "presence_penalty", &r.sampling.presence_penalty, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "frequency_penalty", &r.sampling.frequency_penalty, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "repetition_penalty", &r.sampling.repetition_penalty, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "logit_bias", &r.sampling.logit_bias, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "stop", &r.stop, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "ignore_eos", &r.ignore_eos, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "stop_token_ids", &r.stop_token_ids, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "logprobs", &r.logprobs, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "prompt_logprobs", &r.prompt_logprobs, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "response_format", &r.response_format, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "json_schema", &r.json_schema, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "resume_token_ids", &r.resume_token_ids, kWhat));
   if (j.contains("seed") && !j["seed"].is_null()) {
     uint64_t seed = 0;
@@ -76,8 +233,15 @@ std::string encode_event(const SeqEvent& e) {
             {"finished", e.finished},
             {"prompt_tokens", e.prompt_tokens},
             {"completion_tokens", e.completion_tokens}};
-  if (e.finished) j["finish_reason"] = e.finish_reason;
+  if (e.finished) {
+    j["finish_reason"] = e.finish_reason;
+    j["queue_seconds"] = e.queue_seconds;
+    j["prefill_seconds"] = e.prefill_seconds;
+    j["decode_seconds"] = e.decode_seconds;
+  }
   if (!e.error.empty()) j["error"] = e.error;
+  if (!e.logprobs.empty()) j["logprobs"] = logprobs_json(e.logprobs);
+  if (!e.prompt_logprobs.empty()) j["prompt_logprobs"] = logprobs_json(e.prompt_logprobs);
   return dump(j);
 }
 
@@ -92,6 +256,11 @@ StatusOr<SeqEvent> decode_event(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "error", &e.error, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "prompt_tokens", &e.prompt_tokens, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "completion_tokens", &e.completion_tokens, kWhat));
+  MOE_RETURN_IF_ERROR(get_logprobs(j, "logprobs", &e.logprobs, kWhat));
+  MOE_RETURN_IF_ERROR(get_logprobs(j, "prompt_logprobs", &e.prompt_logprobs, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "queue_seconds", &e.queue_seconds, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "prefill_seconds", &e.prefill_seconds, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "decode_seconds", &e.decode_seconds, kWhat));
   if (e.finished && e.finish_reason.empty()) return invalid_argument("malformed event: finished without finish_reason");
   return e;
 }
@@ -143,6 +312,9 @@ std::string encode_snapshot(const ServiceSnapshot& s) {
                {"prompt_tokens_total", s.prompt_tokens_total},
                {"generation_tokens_total", s.generation_tokens_total},
                {"requests_finished", s.requests_finished},
+               {"iteration_tokens", s.iteration_tokens},
+               {"iteration_tokens_sum", s.iteration_tokens_sum},
+               {"preemptions", s.preemptions},
                {"moe_layers", s.moe_layers},
                {"expert_tokens", s.expert_tokens},
                {"worker_failures", s.worker_failures},
@@ -169,6 +341,13 @@ StatusOr<ServiceSnapshot> decode_snapshot(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "prompt_tokens_total", &s.prompt_tokens_total, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "generation_tokens_total", &s.generation_tokens_total, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "requests_finished", &s.requests_finished, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "iteration_tokens", &s.iteration_tokens, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "iteration_tokens_sum", &s.iteration_tokens_sum, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "preemptions", &s.preemptions, kWhat));
+  if (!s.iteration_tokens.empty() && s.iteration_tokens.size() != std::size(kIterationTokenBounds) + 1) {
+    return invalid_argument("malformed snapshot: iteration_tokens has " + std::to_string(s.iteration_tokens.size()) +
+                            " buckets, expected " + std::to_string(std::size(kIterationTokenBounds) + 1));
+  }
   MOE_RETURN_IF_ERROR(get(j, "moe_layers", &s.moe_layers, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "expert_tokens", &s.expert_tokens, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "worker_failures", &s.worker_failures, kWhat));

@@ -14,6 +14,12 @@
 //   GET  /snapshot     ServiceSnapshot
 //   GET  /health       ServiceHealth (always 200; the state is in the body)
 //   POST /count_tokens {"text":...} -> {"count":N}
+//   POST /tokenize     {"text":...,"add_special_tokens":B} -> an ids reply
+//   POST /detokenize   {"ids":[...]} -> a text reply
+//   GET  /vocab_bytes  every token's bytes (GenerationService::token_bytes of ids
+//                      0..vocab_size-1), hex-encoded: {"tokens":["48656c6c6f",...]}
+// Replies of /tokenize and /detokenize are {"ok":VALUE} or {"error":{code,message}} (the
+// service's Status, e.g. InvalidArgument for an id out of range).
 //
 // Decoders return InvalidArgument naming the field when the JSON is malformed or a
 // field has the wrong type. Text is UTF-8; invalid bytes are replaced by U+FFFD (as the
@@ -50,6 +56,16 @@ std::string encode_submit_reply(const StatusOr<uint64_t>& reply);
 // The decoded reply: the id, or the worker's refusal as a Status of the same code.
 // InvalidArgument (with "malformed submit reply") when the line is not a reply.
 StatusOr<StatusOr<uint64_t>> decode_submit_reply(const std::string& json);
+
+std::string encode_ids_reply(const StatusOr<std::vector<int>>& reply);
+// The ids, or the worker's error as a Status of the same code; InvalidArgument
+// ("malformed ids reply") when `json` is not such a reply.
+StatusOr<StatusOr<std::vector<int>>> decode_ids_reply(const std::string& json);
+std::string encode_text_reply(const StatusOr<std::string>& reply);
+StatusOr<StatusOr<std::string>> decode_text_reply(const std::string& json);
+// Token bytes (any bytes, not necessarily UTF-8) as lowercase hex strings.
+std::string encode_vocab_bytes(const std::vector<std::string>& tokens);
+StatusOr<std::vector<std::string>> decode_vocab_bytes(const std::string& json);
 
 // Rendezvous files in the directory a worker group is started with (--worker-endpoint
 // DIR): rank 0 writes "endpoint.json" ({"port":P,"pid":PID}) once it listens and its

@@ -118,11 +118,22 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
   if (m == 0) return forward_chunk(nullptr, 0, 0, nullptr, nullptr);
   MOE_RETURN_IF_ERROR(
       forward_rows(batch_tokens_.data(), AttentionBatch{segments_.data(), segments_.size(), nullptr, cache}, m));
-  // The final norm + lm_head over the segments' last rows, as one [S, hidden] call.
   const int64_t vocab = config_.vocab_size;
-  if (num_logits == 0) return ok_status();
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  int64_t i = 0, row = 0;
+  int64_t row = 0;
+  for (const BatchSegment& s : segments) {  // every row of segments that want them all
+    if (s.n <= 0) continue;
+    if (s.all_logits != nullptr) {
+      const TensorView normed = h_.view().rows(row, s.n);
+      rms_norm(x_.view().rows(row, s.n), vec_view(weights_.final_norm), eps, normed);
+      linear(normed, weights_.lm_head, TensorView::f32(s.all_logits, {s.n, vocab}), kernel_);
+    }
+    row += s.n;
+  }
+  // The final norm + lm_head over the segments' last rows, as one [S, hidden] call.
+  if (num_logits == 0) return ok_status();
+  int64_t i = 0;
+  row = 0;
   for (const BatchSegment& s : segments) {
     if (s.n <= 0) continue;
     row += s.n;

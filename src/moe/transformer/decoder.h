@@ -64,7 +64,9 @@ class Decoder {
   // (linear layers and the MoE layer over all of them, attention per sequence over the
   // paged cache). Segment i's tokens sit at positions [start_pos, start_pos + n) of its
   // sequence; its block table must cover [0, start_pos + n). Logits of a segment's last
-  // token go to its `logits` [vocab] unless that is null. Calls the chunk hook once
+  // token go to its `logits` [vocab] unless that is null, and the logits of every one of
+  // its tokens to `all_logits` [n, vocab] unless that is null (prompt logprobs). Calls
+  // the chunk hook once
   // with the total token count (under EP: one exchange per MoE layer). Errors:
   // communication; InvalidArgument (nothing run) when the tokens or segments exceed
   // reserve().
@@ -74,6 +76,7 @@ class Decoder {
     int64_t start_pos = 0;
     const int32_t* block_table = nullptr;
     float* logits = nullptr;
+    float* all_logits = nullptr;
   };
   Status forward_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache);
 
