@@ -11,6 +11,12 @@
 // Scheduler: InvalidArgument when prompt + max_tokens exceeds `context`, Unavailable
 // after shutdown(); shutdown(grace) lets requests run for `grace`, then aborts them.
 // health() reports what set_health() set.
+// Logprobs (SeqRequest::logprobs = k >= 0): generated token number t (0-based) gets
+// logprob -(t + 1) / 8 and top entries j = 0..k-1 of id 'A' + j with logprob -(j + 1) / 4;
+// prompt_logprobs (k >= 0): the first event lists every prompt token (BOS = 1, then
+// the characters' codes or the ids), logprob 0 for the first and -1 for the others,
+// with the same top entries (none for the first). token_bytes(id): the character `id`
+// for id < 128, "<id>" otherwise (BOS 1 and EOS 2 are special: empty).
 #pragma once
 
 #include <atomic>
@@ -83,8 +89,23 @@ class FakeService final : public GenerationService {
                               std::to_string(request.max_tokens) + ") exceeds the context of " +
                               std::to_string(info_.max_context) + " tokens");
     }
+    r.logprobs = request.logprobs;
+    if (request.prompt_logprobs >= 0) {
+      std::vector<int> ids = {1};
+      if (request.prompt_token_ids.empty()) {
+        for (char c : request.prompt) ids.push_back(static_cast<unsigned char>(c));
+      } else {
+        ids = request.prompt_token_ids;
+      }
+      for (size_t i = 0; i < ids.size(); ++i) {
+        TokenLogprob lp{ids[i], i == 0 ? 0.0f : -1.0f, {}};
+        if (i > 0) lp.top = top_entries(request.prompt_logprobs);
+        r.prompt_logprobs.push_back(std::move(lp));
+      }
+    }
     r.start = std::chrono::steady_clock::now();
     last_request_ = request;
+    requests_.push_back(request);
     const uint64_t id = next_id_++;
     reqs_[id] = std::move(r);
     ++submitted_;
@@ -162,12 +183,27 @@ class FakeService final : public GenerationService {
     std::lock_guard<std::mutex> lock(mu_);
     return last_request_;
   }
+  // Every request submitted, in order.
+  std::vector<SeqRequest> requests() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+  std::string token_bytes(int id) const override {
+    if (id == 1 || id == 2 || id < 0) return "";
+    return id < 128 ? std::string(1, static_cast<char>(id)) : "<" + std::to_string(id) + ">";
+  }
+  static std::vector<std::pair<int, float>> top_entries(int k) {
+    std::vector<std::pair<int, float>> top;
+    for (int j = 0; j < k; ++j) top.emplace_back('A' + j, -(j + 1) / 4.0f);
+    return top;
+  }
 
  private:
   struct Req {
     SeqSink sink;
     std::vector<std::string> pieces;
-    int max_tokens = 0, prompt_tokens = 0, done = 0;
+    int max_tokens = 0, prompt_tokens = 0, done = 0, logprobs = -1;
+    std::vector<TokenLogprob> prompt_logprobs;
     bool cancelled = false, fail = false;
     std::chrono::steady_clock::time_point start;
   };
@@ -209,6 +245,14 @@ class FakeService final : public GenerationService {
           }
         }
         ev.completion_tokens = r.done;
+        if (r.logprobs >= 0) {
+          for (size_t i = 0; i < ev.token_ids.size(); ++i) {
+            const int t = r.done - static_cast<int>(ev.token_ids.size()) + static_cast<int>(i);
+            ev.logprobs.push_back({ev.token_ids[i], -(t + 1) / 8.0f, top_entries(r.logprobs)});
+          }
+        }
+        if (!r.prompt_logprobs.empty()) ev.prompt_logprobs = std::move(r.prompt_logprobs);
+        r.prompt_logprobs.clear();
         const bool finished = ev.finished;
         r.sink(std::move(ev));
         it = finished ? reqs_.erase(it) : std::next(it);
@@ -231,6 +275,7 @@ class FakeService final : public GenerationService {
   std::map<uint64_t, Req> reqs_;
   std::set<uint64_t> cancelled_;
   SeqRequest last_request_;
+  std::vector<SeqRequest> requests_;
   uint64_t next_id_ = 1;
   int submitted_ = 0;
   int64_t steps_ = 0, generated_ = 0;

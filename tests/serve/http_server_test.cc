@@ -261,7 +261,7 @@ TEST_F(HttpServerTest, BadInputGetsErrorJsonAndServerStaysUp) {
   expect_error(post("/v1/completions", R"({"model":"fake","prompt":"x","max_tokens":0})"), 400, "max_tokens");
   expect_error(post("/v1/completions", R"({"model":"fake","prompt":"x","max_tokens":-1})"), 400, "max_tokens");
   expect_error(post("/v1/completions", R"({"model":"fake","prompt":"x","max_tokens":51})"), 400, "max_tokens");
-  expect_error(post("/v1/completions", R"({"model":"fake","prompt":"x","n":3})"), 400, "n");
+  expect_error(post("/v1/completions", R"({"model":"fake","prompt":"x","n":17})"), 400, "n");  // over --max-n (16)
   auto unknown_model = post("/v1/completions", R"({"model":"gpt-4o","prompt":"x"})");
   expect_error(unknown_model, 404, "model");
   EXPECT_EQ(json::parse(unknown_model->body)["error"]["code"], "model_not_found");

@@ -30,6 +30,7 @@ TEST(ServeCli, BadFlagValuesNameTheFlag) {
       {"--max-tokens-limit -1", "--max-tokens-limit"},
       {"--max-tokens-limit 100000", "--max-tokens-limit"},
       {"--max-body-bytes 0", "--max-body-bytes"},
+      {"--max-n 0", "--max-n"},
       {"--rate-limit-rps -1", "--rate-limit-rps"},
       {"--rate-limit-tpm nan", "--rate-limit-tpm"},
       {"--shutdown-grace -2", "--shutdown-grace"},

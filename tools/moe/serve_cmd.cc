@@ -55,6 +55,7 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (f.max_tokens_limit < 0) {
     return "--max-tokens-limit must be >= 0 (got " + std::to_string(f.max_tokens_limit) + ")";
   }
+  if (f.max_n < 1) return "--max-n must be >= 1 (got " + std::to_string(f.max_n) + ")";
   if (f.max_body_bytes < 1) return "--max-body-bytes must be >= 1 (got " + std::to_string(f.max_body_bytes) + ")";
   if (!(f.rate_limit_rps >= 0 && std::isfinite(f.rate_limit_rps))) {
     return "--rate-limit-rps must be a finite number >= 0 (got " + std::to_string(f.rate_limit_rps) + ")";
@@ -87,6 +88,7 @@ serve::ServerOptions server_options(const ServeFlags& f, const serve::ChatTempla
   o.served_model_name = f.served_model_name;
   o.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
   o.max_tokens_limit = f.max_tokens_limit;
+  o.max_n = f.max_n;
   o.rate_limits.requests_per_second = f.rate_limit_rps;
   o.rate_limits.tokens_per_minute = f.rate_limit_tpm;
   o.chat_template = chat_template;
@@ -185,6 +187,8 @@ RunFn add_serve_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--max-tokens-limit", f->max_tokens_limit,
                  "Largest max_tokens a request may ask for; 0 = the model's context")
+      ->capture_default_str();
+  app.add_option("--max-n", f->max_n, "Largest n (choices per prompt) a request may ask for (more: 400)")
       ->capture_default_str();
   app.add_option("--max-body-bytes", f->max_body_bytes, "Largest request body (bigger: 413)")->capture_default_str();
   app.add_option("--rate-limit-rps", f->rate_limit_rps, "Requests per second per API key (token bucket); 0 = off")

@@ -28,6 +28,7 @@ struct ServeFlags {
   int kv_block_size = 16;
   int64_t kv_cache_tokens = 0;
   int max_tokens_limit = 0;
+  int max_n = 16;  // largest `n` (choices per prompt) a request may ask for
   int64_t max_body_bytes = 1 << 20;
   double rate_limit_rps = 0;
   double rate_limit_tpm = 0;

@@ -31,7 +31,7 @@ namespace {
 
 // Flags of the front end only: not passed to the worker group.
 const std::set<std::string> kFrontEndFlags = {
-    "host",           "port",          "api-key",          "served-model-name", "max-tokens-limit",
+    "host",           "port",          "api-key",          "served-model-name", "max-tokens-limit", "max-n",
     "max-body-bytes", "rate-limit-rps", "rate-limit-tpm",  "chat-template",     "shutdown-grace",
     "supervise",      "mpirun",         "mpirun-arg",       "recovery-timeout",
     "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help",

@@ -20,16 +20,19 @@ namespace moe::serve {
 struct TimedEvent {
   SeqEvent event;
   std::chrono::steady_clock::time_point at;
+  int choice = 0;  // which of the request's sequences (response choice index) sent it
 };
 
 class EventChannel {
  public:
-  void push(SeqEvent&& event) {
+  // `choice`: the response choice the event belongs to (one channel serves all of a
+  // request's sequences).
+  void push(SeqEvent&& event, int choice = 0) {
     const auto now = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
-      queue_.push_back({std::move(event), now});
+      queue_.push_back({std::move(event), now, choice});
     }
     cv_.notify_one();
   }

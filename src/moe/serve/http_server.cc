@@ -1,5 +1,7 @@
 #include "moe/serve/http_server.h"
 
+#include "moe/serve/http_server_impl.h"
+
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -26,20 +28,6 @@
 namespace moe::serve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-constexpr const char* kJson = "application/json";
-
-// httplib 0.11 listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG is compiled into
-// Debian's library), so a burst of connections would wait for SYN retransmits (1 s and
-// more). listen() again on the bound socket raises the backlog.
-class Listener final : public httplib::Server {
- public:
-  void raise_backlog() {
-    const socket_t s = svr_sock_.load();
-    if (s != INVALID_SOCKET) ::listen(s, SOMAXCONN);
-  }
-};
-
 struct Route {
   const char* path;
   const char* allow;
@@ -60,21 +48,6 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
-ApiError make_error(int status, std::string message, std::string param = "", std::string code = "") {
-  ApiError e;
-  e.http_status = status;
-  e.type = error_type_for_status(status);
-  e.message = std::move(message);
-  e.param = std::move(param);
-  e.code = std::move(code);
-  return e;
-}
-
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status;
-  res.set_content(error_json(e), kJson);
-}
-
 bool constant_time_equal(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   const size_t n = std::max(a.size(), b.size());
@@ -85,18 +58,6 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// "Bearer KEY" -> KEY (scheme case-insensitive); empty when absent or another scheme.
-std::string bearer_token(const httplib::Request& req) {
-  const std::string h = req.get_header_value("Authorization");
-  if (h.size() < 7) return "";
-  std::string scheme = h.substr(0, 7);
-  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (scheme != "bearer ") return "";
-  size_t start = 7;
-  while (start < h.size() && h[start] == ' ') ++start;
-  return h.substr(start);
-}
-
 std::string default_model_name(const std::string& model_dir) {
   std::string d = model_dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
@@ -104,65 +65,8 @@ std::string default_model_name(const std::string& model_dir) {
   return slash == std::string::npos ? d : d.substr(slash + 1);
 }
 
-int64_t unix_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// One accepted generation request while its response is written.
-struct PendingResponse {
-  PendingResponse(uint64_t id, std::shared_ptr<EventChannel> channel, ResponseStream body)
-      : id(id), channel(std::move(channel)), body(std::move(body)) {}
-  const uint64_t id;
-  const std::shared_ptr<EventChannel> channel;
-  ResponseStream body;
-  bool begun = false;
-  std::vector<TimedEvent> events;
-  Clock::time_point last_client_check = Clock::now();
-};
 
 }  // namespace
-
-struct HttpServer::Impl {
-  Impl(GenerationService& s, ServerOptions o)
-      : service(s), options(std::move(o)), limiter(options.rate_limits, options.rate_limit_clock) {}
-
-  GenerationService& service;
-  ServerOptions options;
-  ProtocolLimits limits;
-  int context = 0;
-  RateLimiter limiter;
-  ServerMetrics metrics;
-  CorsPolicy cors;
-  Listener svr;
-  std::thread thread;
-  int port = -1;
-  int64_t created = unix_seconds();
-  std::atomic<bool> draining{false};
-  bool started = false, stopped = false;
-
-  // Requests whose responses are being written, for stop().
-  std::mutex active_mu;
-  std::condition_variable active_cv;
-  std::map<uint64_t, std::shared_ptr<EventChannel>> active;
-  bool channels_closed = false;
-
-  void install_routes();
-  void install_cors();
-  // The engine's per-request timings of final events (vllm: metrics).
-  void observe_final(const std::vector<TimedEvent>& events) {
-    for (const TimedEvent& te : events) {
-      if (te.event.finished) metrics.observe_finished(te.event);
-    }
-  }
-  void handle_tokenizer(bool tokenize, const httplib::Request& req, httplib::Response& res);
-  std::optional<ApiError> check_auth(const httplib::Request& req) const;
-  void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
-  void answer_when_done(PendingResponse& p, const httplib::Request& req, httplib::Response& res);
-  bool pump(PendingResponse& p, httplib::DataSink& sink);
-  void release(PendingResponse& p);
-  void add_active(uint64_t id, const std::shared_ptr<EventChannel>& channel);
-  void remove_active(uint64_t id);
-};
 
 std::optional<ApiError> HttpServer::Impl::check_auth(const httplib::Request& req) const {
   if (options.api_keys.empty()) return std::nullopt;
@@ -193,176 +97,6 @@ void HttpServer::Impl::remove_active(uint64_t id) {
     active.erase(id);
   }
   active_cv.notify_all();
-}
-
-void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
-  const Clock::time_point arrival = Clock::now();
-  const bool chat = endpoint == Endpoint::kChatCompletions;
-  if (draining) return send_error(res, make_error(503, "the server is shutting down"));
-  if (auto e = check_auth(req)) {
-    res.set_header("WWW-Authenticate", "Bearer");
-    return send_error(res, *e);
-  }
-  if (req.body.size() > options.max_body_bytes) {
-    return send_error(res, make_error(413, "the request body is larger than " + std::to_string(options.max_body_bytes) +
-                                               " bytes"));
-  }
-  OpenAiRequest r;
-  if (auto e = parse_request(endpoint, req.body, limits, &r)) return send_error(res, *e);
-  if (chat) {
-    auto prompt = options.chat_template.render(r.messages);
-    if (!prompt.ok()) return send_error(res, make_error(400, prompt.status().message(), "messages"));
-    r.seq.prompt = std::move(prompt).value();
-    if (options.chat_template.renders_special_tokens()) {
-      // The rendered text already holds BOS and the role markers: no second BOS.
-      auto ids = service.tokenize(r.seq.prompt, /*add_special_tokens=*/false);
-      if (!ids.ok()) {
-        return send_error(res, make_error(ids.status().code() == StatusCode::kInvalidArgument ? 400 : 500,
-                                          "tokenizing the chat prompt: " + ids.status().message(), "messages"));
-      }
-      if (ids.value().empty()) return send_error(res, make_error(400, "messages: the chat template rendered an empty prompt", "messages"));
-      r.seq.prompt_token_ids = std::move(ids).value();
-    }
-  }
-  const int prompt_tokens = r.seq.prompt_token_ids.empty() ? service.count_tokens(r.seq.prompt)
-                                                           : static_cast<int>(r.seq.prompt_token_ids.size());
-  if (chat && !r.max_tokens_given) {
-    r.seq.max_tokens = std::max(1, std::min(limits.max_tokens_limit, context - prompt_tokens));
-  }
-  if (limiter.enabled()) {
-    // Per API key; without keys configured, per client address (a made-up bearer token
-    // must not buy a fresh bucket).
-    const std::string key = options.api_keys.empty() ? "addr:" + req.remote_addr : "key:" + bearer_token(req);
-    const auto d = limiter.try_acquire(key, static_cast<int64_t>(prompt_tokens) + r.seq.max_tokens);
-    if (!d.allowed) {
-      const int64_t secs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(d.retry_after_seconds)));
-      res.set_header("Retry-After", std::to_string(secs));
-      return send_error(res, make_error(429, "rate limit exceeded; retry after " + std::to_string(secs) + " s", "",
-                                        "rate_limit_exceeded"));
-    }
-  }
-
-  auto channel = std::make_shared<EventChannel>();
-  const int max_tokens = r.seq.max_tokens;
-  auto submitted = service.submit(std::move(r.seq), [channel](SeqEvent&& ev) { channel->push(std::move(ev)); });
-  if (!submitted.ok()) {
-    const Status& st = submitted.status();
-    const int status = st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kFailedPrecondition ? 400
-                       : st.code() == StatusCode::kUnavailable                                                 ? 503
-                                                                                                               : 500;
-    return send_error(res, make_error(status, st.message()));
-  }
-  const uint64_t id = submitted.value();
-  metrics.observe_request_params(/*n=*/1, max_tokens);
-  add_active(id, channel);
-  ResponseMeta meta{make_response_id(chat ? "chatcmpl-" : "cmpl-"), unix_seconds(), limits.served_model_name};
-  auto pending = std::make_shared<PendingResponse>(
-      id, channel, ResponseStream(endpoint, r.stream, r.include_usage, std::move(meta), &metrics, arrival));
-  if (!r.stream) return answer_when_done(*pending, req, res);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, pending](size_t, httplib::DataSink& sink) { return pump(*pending, sink); },
-      [this, pending](bool) { release(*pending); });
-}
-
-// A non-streamed request: waits here for its final event, so that the status (200, or
-// 503 for an engine error) is decided at the end. Meanwhile the client's socket is
-// probed every poll interval: one that went away gets its request cancelled.
-void HttpServer::Impl::answer_when_done(PendingResponse& p, const httplib::Request& req, httplib::Response& res) {
-  const int fd = find_client_socket(req.remote_addr, req.remote_port, req.local_port);
-  std::string body;
-  while (!p.body.finished()) {
-    p.events.clear();
-    const bool open = p.channel->wait_pop(&p.events, std::chrono::milliseconds(options.client_poll_ms));
-    observe_final(p.events);
-    if (!p.events.empty()) {
-      body += p.body.on_events(p.events);
-    } else if (!open) {
-      body += p.body.on_closed();
-    }
-    if (!p.body.finished() && fd >= 0 && !client_connected(fd)) {
-      release(p);  // cancels the request
-      res.status = 499;  // never seen: the client is gone (nginx's "client closed request")
-      return;
-    }
-  }
-  release(p);
-  res.status = p.body.http_status();
-  res.set_content(body, kJson);
-}
-
-// One call of a streamed response's content-provider loop: waits up to client_poll_ms
-// for events, writes what they produce, and returns false to abandon the response (the
-// client is gone).
-bool HttpServer::Impl::pump(PendingResponse& p, httplib::DataSink& sink) {
-  std::string out;
-  if (!p.begun) {
-    p.begun = true;
-    out = p.body.begin();
-  }
-  if (out.empty()) {
-    p.events.clear();
-    const bool open = p.channel->wait_pop(&p.events, std::chrono::milliseconds(options.client_poll_ms));
-    observe_final(p.events);
-    if (!p.events.empty()) {
-      out = p.body.on_events(p.events);
-    } else if (!open) {
-      out = p.body.on_closed();
-    }
-  }
-  // A stream may write nothing for a while (a request waiting for room, a long prompt):
-  // check the client every poll interval whatever happens.
-  const Clock::time_point now = Clock::now();
-  if (!p.body.finished() && now - p.last_client_check >= std::chrono::milliseconds(options.client_poll_ms)) {
-    p.last_client_check = now;
-    if (!sink.is_writable()) return false;  // the client went away; release() cancels the request
-  }
-  if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-  if (p.body.finished()) sink.done();
-  return true;
-}
-
-void HttpServer::Impl::release(PendingResponse& p) {
-  if (!p.body.finished()) {
-    service.cancel(p.id);
-    metrics.count_finished("abort");
-    MOE_LOG_INFO("serve: request {} cancelled (client gone)", p.id);
-  }
-  remove_active(p.id);
-}
-
-// POST /tokenize and /detokenize (tokenize_handler.h), with the auth of /v1/*.
-void HttpServer::Impl::handle_tokenizer(bool tokenize, const httplib::Request& req, httplib::Response& res) {
-  if (auto e = check_auth(req)) {
-    res.set_header("WWW-Authenticate", "Bearer");
-    return send_error(res, *e);
-  }
-  const TokenizeContext ctx{&service, &options.chat_template, limits.served_model_name, context};
-  const HandlerReply reply = tokenize ? handle_tokenize(ctx, req.body) : handle_detokenize(ctx, req.body);
-  res.status = reply.status;
-  res.set_content(reply.body, kJson);
-}
-
-// CORS (cors.h): preflights answered before routing; CORS headers added to every
-// response just before it is written.
-void HttpServer::Impl::install_cors() {
-  if (!cors.enabled()) return;
-  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    auto p = cors.preflight(req.method, req.get_header_value("Origin"),
-                            req.get_header_value("Access-Control-Request-Method"),
-                            req.get_header_value("Access-Control-Request-Headers"));
-    if (!p) return httplib::Server::HandlerResponse::Unhandled;
-    res.status = p->status;
-    for (const auto& [k, v] : p->headers) res.set_header(k, v);
-    if (!p->error.empty()) send_error(res, make_error(p->status, p->error));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (res.has_header("Access-Control-Allow-Origin") || req.method == "OPTIONS") return;
-    for (const auto& [k, v] : cors.response_headers(req.get_header_value("Origin"))) res.set_header(k, v);
-  });
 }
 
 void HttpServer::Impl::install_routes() {
@@ -471,10 +205,12 @@ Status HttpServer::start() {
     return invalid_argument("max_tokens_limit must be >= 0 (got " + std::to_string(m.options.max_tokens_limit) + ")");
   }
   if (m.options.max_body_bytes == 0) return invalid_argument("max_body_bytes must be > 0");
+  if (m.options.max_n < 1) return invalid_argument("max_n must be >= 1 (got " + std::to_string(m.options.max_n) + ")");
   m.limits.served_model_name =
       m.options.served_model_name.empty() ? default_model_name(info.model_dir) : m.options.served_model_name;
   m.limits.max_tokens_limit = m.options.max_tokens_limit > 0 ? m.options.max_tokens_limit : std::max(1, m.context);
   m.limits.vocab_size = info.vocab_size;
+  m.limits.max_n = m.options.max_n;
   m.metrics.set_model_name(m.limits.served_model_name, m.context);
 
   auto cors = CorsPolicy::create(m.options.cors);

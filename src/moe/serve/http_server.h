@@ -20,6 +20,10 @@
 // max_body_bytes: 413. Failures of GenerationService::submit(): InvalidArgument -> 400,
 // Unavailable -> 503, others -> 500.
 //
+// A request is n * prompts sequences (openai_protocol.h sequence_requests: choice
+// p * n + j is sample j of prompt p, seeded seed + j), submitted together (all or
+// none: a failed submit cancels those already queued) and answered as one response
+// (response_stream.h); rate limits charge every sequence's prompt and max_tokens.
 // Responses are written as the request's events arrive (a per-request EventChannel fed
 // by the SeqSink, which never blocks). Streamed: SSE chunks, then "data: [DONE]".
 // Non-streamed: the worker waits for the final event and then answers, so the status
@@ -28,8 +32,9 @@
 // aborted by shutdown gets its partial text with finish_reason "abort". Meanwhile the
 // worker probes the client's socket every poll interval (client_socket.h). A client
 // that went away (for either kind) gets its request cancelled
-// (GenerationService::cancel). A streamed request that fails gets an SSE error event
-// (type service_unavailable), then [DONE].
+// (GenerationService::cancel: every unfinished choice). A streamed request that fails
+// (any of its choices) gets an SSE error event (type service_unavailable), then
+// [DONE], and its other choices are cancelled.
 //
 // Connections are served by a thread pool that grows on demand (thread_pool.h), so
 // idle keep-alive connections do not starve others; idle connections close after
@@ -67,6 +72,7 @@ struct ServerOptions {
   std::string served_model_name;         // empty = the model directory's last component
   size_t max_body_bytes = 1 << 20;       // request bodies above: 413
   int max_tokens_limit = 0;              // max_tokens above: 400; 0 = the model's context
+  int max_n = 16;                        // `n` above: 400; >= 1
   RateLimits rate_limits;                // 0 = off
   RateLimiter::Clock rate_limit_clock;   // tests; default steady_clock
   ChatTemplate chat_template;            // default: plain
@@ -87,7 +93,7 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds host:port and serves on a background thread. InvalidArgument for bad options
-  // (max_tokens_limit < 0, max_body_bytes 0, bad CORS lists); Unavailable when the address cannot be
+  // (max_tokens_limit < 0, max_body_bytes 0, max_n < 1, bad CORS lists); Unavailable when the address cannot be
   // bound (in use, bad host). Call once.
   Status start();
   int port() const;  // the bound port (after start())

@@ -10,80 +10,20 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/core/text_format.h"
+#include "moe/serve/json_fields.h"
+#include "moe/serve/openai_params.h"
 
 namespace moe::serve {
 namespace {
 
-using nlohmann::json;
+using namespace detail;  // NOLINT: the parser's field helpers (json_fields.h)
 
-// Output text may end inside a multi-byte character cut by the tokenizer: replace
-// such bytes (U+FFFD) rather than throw.
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-json null_or(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
-
-ApiError bad(std::string param, std::string message) {
-  ApiError e;
-  e.http_status = 400;
-  e.message = std::move(message);
-  e.param = std::move(param);
-  return e;
-}
-
-// A JSON value's type in the words of an error message.
-std::string type_name(const json& v) {
-  if (v.is_number_integer()) return "integer";
-  if (v.is_number()) return "number";
-  return v.type_name();  // "string", "boolean", "array", "object", "null"
-}
-
-ApiError wrong_type(const std::string& param, const json& v, const std::string& expected) {
-  return bad(param, "'" + param + "' must be " + expected + ", not " + type_name(v));
-}
-
-// Field lookup that treats null as absent.
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::optional<ApiError> read_int(const json& body, const char* name, int64_t lo, int64_t hi, std::optional<int64_t>* out) {
-  const json* v = field(body, name);
-  if (!v) return std::nullopt;
-  if (!v->is_number_integer()) return wrong_type(name, *v, "an integer");
-  const bool negative = v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() < 0;
-  if (!negative && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return bad(name, "'" + std::string(name) + "' must be at most " + std::to_string(hi) + " (got " + v->dump() + ")");
-  }
-  const int64_t x = negative ? v->get<int64_t>() : static_cast<int64_t>(v->get<uint64_t>());
-  if (x < lo) {
-    return bad(name, "'" + std::string(name) + "' must be at least " + std::to_string(lo) + " (got " + v->dump() + ")");
-  }
-  *out = x;
-  return std::nullopt;
-}
-
-std::optional<ApiError> read_number(const json& body, const char* name, std::optional<double>* out) {
-  const json* v = field(body, name);
-  if (!v) return std::nullopt;
-  if (!v->is_number()) return wrong_type(name, *v, "a number");
-  *out = v->get<double>();
-  return std::nullopt;
-}
-
-std::optional<ApiError> read_bool(const json& body, const char* name, std::optional<bool>* out) {
-  const json* v = field(body, name);
-  if (!v) return std::nullopt;
-  if (!v->is_boolean()) return wrong_type(name, *v, "a boolean");
-  *out = v->get<bool>();
-  return std::nullopt;
-}
-
-std::optional<ApiError> parse_prompt(const json& body, const ProtocolLimits& limits, SeqRequest* seq) {
+// `prompt`: a string, an array of token ids, or a list (<= kMaxPromptsPerRequest) of
+// strings or of token-id arrays. Fills out->prompts and the first one into out->seq.
+std::optional<ApiError> parse_prompt(const json& body, const ProtocolLimits& limits, OpenAiRequest* out) {
   const json* p = field(body, "prompt");
   if (!p) return bad("prompt", "'prompt' is required");
-  auto check_ids = [&](const json& arr) -> std::optional<ApiError> {
+  auto read_ids = [&](const json& arr, std::vector<int>* ids) -> std::optional<ApiError> {
     for (const json& t : arr) {
       if (!t.is_number_integer()) return bad("prompt", "a token-id 'prompt' must hold only integers");
       const int64_t id = t.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), INT64_MAX))
@@ -92,37 +32,50 @@ std::optional<ApiError> parse_prompt(const json& body, const ProtocolLimits& lim
         return bad("prompt", "token id " + t.dump() + " in 'prompt' is outside the vocabulary [0, " +
                                  std::to_string(limits.vocab_size) + ")");
       }
-      seq->prompt_token_ids.push_back(static_cast<int>(id));
+      ids->push_back(static_cast<int>(id));
     }
+    if (ids->empty()) return bad("prompt", "'prompt' must not be empty");
     return std::nullopt;
   };
+  std::vector<PromptInput>& prompts = out->prompts;
   if (p->is_string()) {
-    seq->prompt = p->get<std::string>();
+    prompts.push_back({p->get<std::string>(), {}});
   } else if (p->is_array()) {
     if (p->empty()) return bad("prompt", "'prompt' must not be empty");
     const json& first = p->front();
-    if (first.is_string()) {
-      if (p->size() != 1) {
-        return bad("prompt", "'prompt' holds " + std::to_string(p->size()) +
-                                 " prompts; this server takes one prompt per request");
+    if (first.is_number_integer()) {
+      prompts.emplace_back();
+      if (auto e = read_ids(*p, &prompts.back().token_ids)) return e;
+    } else if (first.is_string() || first.is_array()) {
+      if (p->size() > static_cast<size_t>(kMaxPromptsPerRequest)) {
+        return bad("prompt", "'prompt' holds " + std::to_string(p->size()) + " prompts; at most " +
+                                 std::to_string(kMaxPromptsPerRequest) + " per request");
       }
-      seq->prompt = first.get<std::string>();
-    } else if (first.is_number_integer()) {
-      if (auto e = check_ids(*p)) return e;
-    } else if (first.is_array()) {
-      if (p->size() != 1) {
-        return bad("prompt", "'prompt' holds " + std::to_string(p->size()) +
-                                 " prompts; this server takes one prompt per request");
+      for (const json& x : *p) {
+        prompts.emplace_back();
+        if (first.is_string() && x.is_string()) {
+          prompts.back().text = x.get<std::string>();
+        } else if (first.is_array() && x.is_array()) {
+          if (auto e = read_ids(x, &prompts.back().token_ids)) return e;
+        } else {
+          return bad("prompt", "a list of prompts must hold only strings or only token-id arrays");
+        }
       }
-      if (first.empty()) return bad("prompt", "'prompt' must not be empty");
-      if (auto e = check_ids(first)) return e;
     } else {
-      return bad("prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
+      return bad("prompt", "'prompt' must be a string, an array of token ids, or an array of strings or of token-id "
+                           "arrays");
     }
   } else {
     return wrong_type("prompt", *p, "a string or an array");
   }
-  if (seq->prompt.empty() && seq->prompt_token_ids.empty()) return bad("prompt", "'prompt' must not be empty");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].text.empty() && prompts[i].token_ids.empty()) {
+      return bad("prompt", prompts.size() == 1 ? "'prompt' must not be empty"
+                                               : "'prompt[" + std::to_string(i) + "]' must not be empty");
+    }
+  }
+  out->seq.prompt = prompts.front().text;
+  out->seq.prompt_token_ids = prompts.front().token_ids;
   return std::nullopt;
 }
 
@@ -198,46 +151,6 @@ std::optional<ApiError> parse_stop(const json& body, std::vector<std::string>* o
   return std::nullopt;
 }
 
-// Fields we know but cannot honour: accepted only at their neutral value.
-std::optional<ApiError> check_unsupported(Endpoint endpoint, const json& body) {
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    std::optional<double> v;
-    if (auto e = read_number(body, name, &v)) return e;
-    if (v && *v != 0.0) {
-      return bad(name, "'" + std::string(name) + "' is not supported by this server; omit it or send 0");
-    }
-  }
-  std::optional<int64_t> n;
-  if (auto e = read_int(body, "n", INT64_MIN, INT64_MAX, &n)) return e;
-  if (n && *n != 1) return bad("n", "only 'n': 1 is supported (one choice per request)");
-  if (endpoint == Endpoint::kCompletions) {
-    std::optional<bool> echo;
-    if (auto e = read_bool(body, "echo", &echo)) return e;
-    if (echo && *echo) return bad("echo", "'echo': true is not supported");
-    if (field(body, "logprobs")) return bad("logprobs", "'logprobs' is not supported; omit it or send null");
-    std::optional<int64_t> best_of;
-    if (auto e = read_int(body, "best_of", INT64_MIN, INT64_MAX, &best_of)) return e;
-    if (best_of && *best_of != 1) return bad("best_of", "only 'best_of': 1 is supported");
-    if (const json* s = field(body, "suffix"); s && !(s->is_string() && s->get<std::string>().empty())) {
-      return bad("suffix", "'suffix' is not supported");
-    }
-  } else {
-    std::optional<bool> logprobs;
-    if (auto e = read_bool(body, "logprobs", &logprobs)) return e;
-    if (logprobs && *logprobs) return bad("logprobs", "'logprobs' is not supported; omit it or send false");
-    std::optional<int64_t> top_logprobs;
-    if (auto e = read_int(body, "top_logprobs", INT64_MIN, INT64_MAX, &top_logprobs)) return e;
-    if (top_logprobs && *top_logprobs != 0) return bad("top_logprobs", "'top_logprobs' is not supported");
-    if (const json* t = field(body, "tools"); t && !(t->is_array() && t->empty())) {
-      return bad("tools", "'tools' (function calling) is not supported");
-    }
-  }
-  if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty())) {
-    return bad("logit_bias", "'logit_bias' is not supported");
-  }
-  return std::nullopt;
-}
-
 std::optional<ApiError> parse_sampling(const json& body, SamplingParams* s) {
   std::optional<double> temperature, top_p;
   if (auto e = read_number(body, "temperature", &temperature)) return e;
@@ -297,17 +210,15 @@ std::optional<ApiError> parse_body(Endpoint endpoint, const json& body, const Pr
     return e;
   }
   if (endpoint == Endpoint::kCompletions) {
-    if (auto e = parse_prompt(body, limits, &out->seq)) return e;
+    if (auto e = parse_prompt(body, limits, out)) return e;
   } else {
     if (auto e = parse_messages(body, &out->messages)) return e;
   }
   if (auto e = parse_max_tokens(endpoint, body, limits, out)) return e;
   if (auto e = parse_sampling(body, &out->seq.sampling)) return e;
   if (auto e = parse_stop(body, &out->seq.stop)) return e;
-  if (auto e = check_unsupported(endpoint, body)) return e;
-  std::optional<bool> ignore_eos;  // vLLM's extension (benchmarks)
-  if (auto e = read_bool(body, "ignore_eos", &ignore_eos)) return e;
-  out->seq.ignore_eos = ignore_eos.value_or(false);
+  if (auto e = parse_generation_params(endpoint, body, limits, out)) return e;
+  if (auto e = check_unsupported(endpoint, body, *out)) return e;
   std::optional<bool> stream;
   if (auto e = read_bool(body, "stream", &stream)) return e;
   out->stream = stream.value_or(false);
@@ -323,16 +234,6 @@ std::optional<ApiError> parse_body(Endpoint endpoint, const json& body, const Pr
     out->include_usage = usage.value_or(false);
   }
   return std::nullopt;
-}
-
-json usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
-}
-
-json header(const ResponseMeta& meta, const char* object) {
-  return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
 }
 
 }  // namespace
@@ -395,7 +296,8 @@ bool is_valid_utf8(std::string_view text) {
 
 std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, const ProtocolLimits& limits,
                                       OpenAiRequest* out) {
-  *out = OpenAiRequest{};
+  static const OpenAiRequest kFresh{};  // (assigning a temporary trips GCC 12's -Wmaybe-uninitialized)
+  *out = kFresh;
   out->endpoint = endpoint;
   if (!is_valid_utf8(body)) return bad("", "the request body is not valid UTF-8");
   json j;
@@ -410,80 +312,6 @@ std::optional<ApiError> parse_request(Endpoint endpoint, std::string_view body, 
     return bad("", std::string("invalid request: ") + e.what());
   }
 }
-
-std::string make_response_id(const std::string& prefix) {
-  static std::atomic<uint64_t> counter{std::random_device{}()};
-  // splitmix64 of a counter: unique within the process, unpredictable enough for ids.
-  uint64_t z = counter.fetch_add(0x9E3779B97F4A7C15ull) + 0x9E3779B97F4A7C15ull;
-  auto mix = [](uint64_t x) {
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-  };
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%016llx%08llx", static_cast<unsigned long long>(mix(z)),
-                static_cast<unsigned long long>(mix(z ^ 0xA5A5A5A5ull) & 0xFFFFFFFFull));
-  return prefix + buf;
-}
-
-std::string completion_json(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                            const Usage& usage) {
-  json j = header(meta, "text_completion");
-  j["choices"] = json::array(
-      {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", null_or(finish_reason)}}});
-  j["usage"] = usage_json(usage);
-  return dump(j);
-}
-
-std::string chat_completion_json(const ResponseMeta& meta, const std::string& text,
-                                 const std::string& finish_reason, const Usage& usage) {
-  json j = header(meta, "chat.completion");
-  j["choices"] = json::array({{{"index", 0},
-                               {"message", {{"role", "assistant"}, {"content", text}}},
-                               {"logprobs", nullptr},
-                               {"finish_reason", null_or(finish_reason)}}});
-  j["usage"] = usage_json(usage);
-  return dump(j);
-}
-
-std::string completion_chunk_json(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                                  bool include_usage) {
-  json j = header(meta, "text_completion");
-  j["choices"] = json::array(
-      {{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", null_or(finish_reason)}}});
-  if (include_usage) j["usage"] = nullptr;
-  return dump(j);
-}
-
-std::string chat_role_chunk_json(const ResponseMeta& meta, bool include_usage) {
-  json j = header(meta, "chat.completion.chunk");
-  j["choices"] = json::array({{{"index", 0},
-                               {"delta", {{"role", "assistant"}, {"content", ""}}},
-                               {"logprobs", nullptr},
-                               {"finish_reason", nullptr}}});
-  if (include_usage) j["usage"] = nullptr;
-  return dump(j);
-}
-
-std::string chat_chunk_json(const ResponseMeta& meta, const std::string& text, const std::string& finish_reason,
-                            bool include_usage) {
-  json j = header(meta, "chat.completion.chunk");
-  json delta = json::object();
-  if (!text.empty() || finish_reason.empty()) delta["content"] = text;
-  j["choices"] = json::array(
-      {{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", null_or(finish_reason)}}});
-  if (include_usage) j["usage"] = nullptr;
-  return dump(j);
-}
-
-std::string usage_chunk_json(Endpoint endpoint, const ResponseMeta& meta, const Usage& usage) {
-  json j = header(meta, endpoint == Endpoint::kCompletions ? "text_completion" : "chat.completion.chunk");
-  j["choices"] = json::array();
-  j["usage"] = usage_json(usage);
-  return dump(j);
-}
-
-std::string sse_event(const std::string& payload) { return "data: " + payload + "\n\n"; }
 
 std::optional<ApiError> parse_chat_messages(std::string_view body, std::vector<ChatMessage>* out) {
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
