@@ -148,7 +148,7 @@ class FakeService final : public GenerationService {
   }
   int count_tokens(const std::string& text) const override { return 1 + static_cast<int>(text.size()); }
   // Tokens are bytes, as in count_tokens: tokenize gives BOS (1) then each byte's value;
-  // ids 3..255 stand for that byte, 0..2 (UNK, BOS, EOS) and 256..999 for no text.
+  // detokenize joins token_bytes (below) and refuses ids outside [0, vocab_size).
   StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override {
     std::vector<int> ids;
     if (add_special_tokens) ids.push_back(1);
@@ -162,9 +162,6 @@ class FakeService final : public GenerationService {
       text += token_bytes(id);
     }
     return text;
-  }
-  std::string token_bytes(int id) const override {
-    return id >= 3 && id < 256 ? std::string(1, static_cast<char>(id)) : std::string();
   }
 
   std::set<uint64_t> cancelled() const {
