@@ -64,6 +64,8 @@ class Tokenizer {
   int bos_id() const;
   int eos_id() const;
   bool add_bos() const;
+  // The file the tokenizer came from: "tokenizer.json" or "tokenizer.model".
+  const char* file_name() const { return hf_ ? "tokenizer.json" : "tokenizer.model"; }
 
  private:
   Tokenizer();
