@@ -134,6 +134,26 @@ TEST_F(HfTokenizerTest, ByteLevelFamiliesMapSpacesAndSpecialText) {
   EXPECT_EQ((*llama)->encode("hi", true).size(), (*llama)->encode("hi", false).size() + 1);
 }
 
+TEST_F(HfTokenizerTest, LlamaTokenizerFastTakesAddBosFromTheConfig) {
+  json j = small(json::array({"a b"}));
+  j["added_tokens"].push_back({{"id", 7}, {"content", "<bos>"}, {"special", true}});
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", json::array({{{"SpecialToken", {{"id", "<bos>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+                         {"special_tokens", {{"<bos>", {{"id", "<bos>"}, {"ids", json::array({7})}}}}}};
+  auto t = load(j);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->encode("ab", true), (std::vector<int>{7, 3}));  // the template
+  EXPECT_EQ((*t)->bos_id(), 7);
+  write_file(dir_ + "/tokenizer_config.json",
+             R"({"tokenizer_class": "LlamaTokenizerFast", "bos_token": {"content": "<bos>"}, "eos_token": "<eos>",
+                 "add_bos_token": false, "add_eos_token": true})");
+  t = load(j);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->encode("ab", true), (std::vector<int>{3, 6}));
+  EXPECT_EQ((*t)->eos_id(), 6);
+  EXPECT_FALSE((*t)->add_bos());
+}
+
 TEST_F(HfTokenizerTest, DecodeOfASplitCharacterGivesReplacementLikeHf) {
   EXPECT_EQ(hf::utf8_lossy("a\xE4\xB8"), "a\xEF\xBF\xBD");            // truncated 3-byte char: one U+FFFD
   EXPECT_EQ(hf::utf8_lossy("\xF0\x9F\x98"), "\xEF\xBF\xBD");          // truncated emoji

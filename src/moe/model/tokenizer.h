@@ -1,8 +1,10 @@
 // Tokenizer: a facade over two backends with the same meaning for every method:
 //  - Hugging Face `tokenizer.json` (byte-level BPE as Qwen2/3, DeepSeek-V3, Llama-3 and
 //    GPT-2 ship it; src/moe/model/hf/), used when the file is present. BOS/EOS come from
-//    its post-processor (TemplateProcessing); bos_id/eos_id from tokenizer_config.json's
-//    bos_token/eos_token (a string or {"content": ...}).
+//    its post-processor (TemplateProcessing), or for tokenizer_class LlamaTokenizerFast
+//    from tokenizer_config.json's add_bos_token/add_eos_token as transformers does;
+//    bos_id/eos_id from tokenizer_config.json's bos_token/eos_token (a string or
+//    {"content": ...}).
 //  - SentencePiece (`tokenizer.model`, Llama/Mixtral style) through the sentencepiece
 //    library otherwise. BOS/EOS insertion follows tokenizer_config.json's add_bos_token /
 //    add_eos_token (defaults: true / false, as LlamaTokenizer).

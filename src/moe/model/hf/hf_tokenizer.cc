@@ -98,6 +98,17 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::parse(const std::string& jso
 
   tok->bos_id_ = tok->token_to_id(special_token_text(config, "bos_token"));
   tok->eos_id_ = tok->token_to_id(special_token_text(config, "eos_token"));
+  // transformers' LlamaTokenizerFast (DeepSeek-V3's class) rebuilds the post-processor
+  // from add_bos_token / add_eos_token (defaults true / false) when it loads.
+  const std::string cls = config.value("tokenizer_class", "");
+  if (cls == "LlamaTokenizerFast" || cls == "LlamaTokenizer") {
+    const bool add_bos = config.value("add_bos_token", true);
+    const bool add_eos = config.value("add_eos_token", false);
+    tok->prefix_ids_.clear();
+    tok->suffix_ids_.clear();
+    if (add_bos && tok->bos_id_ >= 0) tok->prefix_ids_.push_back(tok->bos_id_);
+    if (add_eos && tok->eos_id_ >= 0) tok->suffix_ids_.push_back(tok->eos_id_);
+  }
   if (tok->bos_id_ < 0 && !tok->prefix_ids_.empty()) tok->bos_id_ = tok->prefix_ids_.front();
   return tok;
 }

@@ -25,7 +25,9 @@ class HfTokenizer {
                                                       const std::string* config_text, const std::string& config_path);
 
   // Added-token text (special or not) in `text` always encodes to the token; the
-  // post-processor (e.g. Llama-3's BOS) runs only when `add_special_tokens`.
+  // post-processor (e.g. Llama-3's BOS) runs only when `add_special_tokens`. For
+  // tokenizer_class LlamaTokenizer(Fast) (DeepSeek-V3), tokenizer_config.json's
+  // add_bos_token / add_eos_token decide instead, as transformers does.
   std::vector<int> encode(const std::string& text, bool add_special_tokens) const;
   // Special tokens are skipped; invalid UTF-8 (a character split at the end) becomes
   // U+FFFD as in Hugging Face.
