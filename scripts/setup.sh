@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev      # GEMM (sgemm), OpenMP build
-  libsentencepiece-dev        # tokenizer
+  libsentencepiece-dev        # tokenizer (tokenizer.model)
+  libpcre2-dev libutf8proc-dev  # tokenizer.json: pre-tokenizer regexes, NFC normalization
   libxxhash-dev               # checksums / model fingerprints / store shard hashes
   libzstd-dev                 # checkpoint-store compression (src/moe/store/)
   xxhash zstd                 # xxhsum and zstd CLIs: independent references in the store tests

@@ -22,6 +22,8 @@ RunFn add_bench_serve_command(CLI::App& bench);
 RunFn add_bench_ckpt_command(CLI::App& bench);
 RunFn add_bench_chaos_command(CLI::App& bench);
 RunFn add_bench_fp8_command(CLI::App& bench);
+// `bench tokenizer`: encode MB/s, ours vs the npm tokenizer references (interleaved).
+RunFn add_bench_tokenizer_command(CLI::App& bench);
 // `placement plan|eval` (registers both subcommands on `placement`).
 RunFn add_placement_command(CLI::App& placement);
 // `stats show|plot` (registers both subcommands on `stats`).

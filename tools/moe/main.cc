@@ -75,6 +75,9 @@ int main(int argc, char** argv) {
   auto* bench_fp8 = bench->add_subcommand(
       "fp8", "FP8 weights in the GEMV kernel vs dequantised to bf16: bytes per decode token, GEMV/s (DeepSeek expert shapes)");
   auto run_bench_fp8 = moe::cli::add_bench_fp8_command(*bench_fp8);
+  auto* bench_tokenizer = bench->add_subcommand(
+      "tokenizer", "Tokenizer encode MB/s on a prompt set, ours vs the npm references (tokenizers, @huggingface/tokenizers)");
+  auto run_bench_tokenizer = moe::cli::add_bench_tokenizer_command(*bench_tokenizer);
   auto* placement = app.add_subcommand("placement", "Expert placement: plan replicas and slots from per-expert load");
   placement->require_subcommand(1);
   auto run_placement = moe::cli::add_placement_command(*placement);
@@ -115,6 +118,7 @@ int main(int argc, char** argv) {
   if (bench_ckpt->parsed()) return run_bench_ckpt();
   if (bench_chaos->parsed()) return run_bench_chaos();
   if (bench_fp8->parsed()) return run_bench_fp8();
+  if (bench_tokenizer->parsed()) return run_bench_tokenizer();
   if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
   if (ckpt->parsed()) return run_ckpt();

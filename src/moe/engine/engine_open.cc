@@ -314,8 +314,8 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, *impl->source, bind_filter));
   MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(*impl->source));
   if (impl->tokenizer->vocab_size() > impl->config.vocab_size) {
-    return invalid_argument(dir + "/tokenizer.model has " + std::to_string(impl->tokenizer->vocab_size()) +
-                            " pieces, more than config.json vocab_size " +
+    return invalid_argument(dir + "/" + impl->tokenizer->file_name() + " has " +
+                            std::to_string(impl->tokenizer->vocab_size()) + " token ids, more than config.json vocab_size " +
                             std::to_string(impl->config.vocab_size));
   }
   return ok_status();
