@@ -99,6 +99,38 @@ void HttpServer::Impl::remove_active(uint64_t id) {
   active_cv.notify_all();
 }
 
+// POST /tokenize and /detokenize (tokenize_handler.h), with the auth of /v1/*.
+void HttpServer::Impl::handle_tokenizer(bool tokenize, const httplib::Request& req, httplib::Response& res) {
+  if (auto e = check_auth(req)) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    return send_error(res, *e);
+  }
+  const TokenizeContext ctx{&service, &options.chat_template, limits.served_model_name, context};
+  const HandlerReply reply = tokenize ? handle_tokenize(ctx, req.body) : handle_detokenize(ctx, req.body);
+  res.status = reply.status;
+  res.set_content(reply.body, kJson);
+}
+
+// CORS (cors.h): preflights answered before routing; CORS headers added to every
+// response just before it is written.
+void HttpServer::Impl::install_cors() {
+  if (!cors.enabled()) return;
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    auto p = cors.preflight(req.method, req.get_header_value("Origin"),
+                            req.get_header_value("Access-Control-Request-Method"),
+                            req.get_header_value("Access-Control-Request-Headers"));
+    if (!p) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = p->status;
+    for (const auto& [k, v] : p->headers) res.set_header(k, v);
+    if (!p->error.empty()) send_error(res, make_error(p->status, p->error));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (res.has_header("Access-Control-Allow-Origin") || req.method == "OPTIONS") return;
+    for (const auto& [k, v] : cors.response_headers(req.get_header_value("Origin"))) res.set_header(k, v);
+  });
+}
+
 void HttpServer::Impl::install_routes() {
   svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { handle_tokenizer(true, req, res); });
   svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
