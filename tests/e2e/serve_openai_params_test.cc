@@ -171,12 +171,19 @@ TEST_F(ServeOpenAiParams, ChatLogprobsAndJsonResponseFormat) {
     EXPECT_NEAR(t["logprob"].get<double>(), t["top_logprobs"][0]["logprob"].get<double>(), 1e-5);
     EXPECT_TRUE(t["bytes"].is_array());
   }
-  const json js = ok("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 64}, {"temperature", 0.7},
-                                               {"seed", 5}, {"response_format", {{"type", "json_object"}}}});
+  const json js = ok("/v1/chat/completions", {{"messages", msgs}, {"max_tokens", 400}, {"temperature", 0.7},
+                                               {"seed", 5},
+                                               {"response_format", json::parse(R"({"type": "json_schema", "json_schema":
+                                                   {"name": "flag", "schema": {"type": "object", "properties":
+                                                   {"ok": {"type": "boolean"}}, "required": ["ok"],
+                                                   "additionalProperties": false}}})")}});
   const std::string out = js["choices"][0]["message"]["content"];
+  // The schema's object is short: the grammar ends the request when it closes.
+  EXPECT_EQ(js["choices"][0]["finish_reason"], "stop") << out;
   const json parsed = json::parse(out, nullptr, false);
   EXPECT_FALSE(parsed.is_discarded()) << "not JSON: " << out;
-  EXPECT_TRUE(parsed.is_object()) << out;
+  ASSERT_TRUE(parsed.is_object()) << out;
+  EXPECT_TRUE(parsed["ok"].is_boolean()) << out;
 }
 
 TEST_F(ServeOpenAiParams, BadValuesAre400sNamingTheField) {
