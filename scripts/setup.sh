@@ -20,6 +20,7 @@ PACKAGES=(
   curl                        # serving tests
   python3                     # tests/architecture/layering_check.py
   python3-numpy               # independent reference of the byte-plane codec (tests/store/codec_test.cc)
+  python3-torch               # independent reference of the logits processing (tests/engine/logits_processor_ref.py)
 )
 # Node.js + npm for the serving e2e test's `openai` client (scripts/test.sh); kept if
 # already installed (e.g. from NodeSource, whose nodejs includes npm).
