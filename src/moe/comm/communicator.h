@@ -77,6 +77,23 @@ class Communicator {
   virtual Status broadcast(void* data, size_t bytes, int root) = 0;
   virtual Status barrier() = 0;
 
+  // Reduce-scatter of f32 sums: send [size() * count] (block r goes to rank r); recv
+  // [count] = the sum over ranks of their block rank(). Tensor parallelism's
+  // row-parallel output. Default: one alltoallv and a local sum (backends may override).
+  virtual Status reduce_scatter_sum(const float* send, float* recv, size_t count);
+
+  // Sub-groups (tensor and expert parallelism, comm/parallel_groups.h): collective over
+  // this communicator; the ranks that pass the same `color` (>= 0) form one new
+  // communicator, ordered by (key, rank here). The child has this one's timeout, and
+  // node_of() of its members as here, renumbered 0.. in order of first appearance. The
+  // child is independent: its operations never match this one's; destroy it before
+  // this one. Errors: communication; FailedPrecondition for a backend that cannot split.
+  virtual StatusOr<std::unique_ptr<Communicator>> split(int color, int key) {
+    (void)color;
+    (void)key;
+    return failed_precondition("the " + backend() + " communicator cannot be split into sub-groups");
+  }
+
   // Point-to-point, for moving expert weights between ranks. Messages from one
   // source with one tag arrive in order; recv() needs exactly `bytes` bytes (else
   // InvalidArgument) and tag >= 0; dest/source != rank() (copy locally instead).
