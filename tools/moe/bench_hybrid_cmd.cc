@@ -12,6 +12,7 @@
 // Random bf16 weights, Mixtral-579M-shaped by default (hidden 1024, 8 experts of
 // intermediate 2816, top-2); each rank holds its node's experts' 1/tp shards.
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -181,18 +182,24 @@ int run_hybrid(const HybridFlags& f) {
         "AR -> residual\n"
         "  fused    RS(attn) -> residual, norm, route the shard -> A2A -> AG/experts/RS in node -> A2A -> AG(x)\n"
         "  fused+ov the same with two micro-batches (node-local collectives of one overlap the other's A2A)\n"
-        "  ratio    ar_a2a / fused (> 1: fused faster)\n\n",
+        "  ratio    ar_a2a / fused (> 1: fused faster)\n"
+        "  maxdiff  the fused paths' residual stream against ar_a2a's, max |difference| / range, over all ranks\n\n",
         W, groups.ep_size, f.tp, f.threads, f.threads == 1 ? "" : "s", preset.name.c_str(), E,
         preset.router.top_k, f.hidden, f.moe_inter, f.moe_inter / f.tp);
-    std::printf("%6s | %9s %9s %9s | %7s %7s | %5s\n", "m", "ar_a2a", "fused", "fused+ov", "ratio", "ratio", "iters");
-    std::printf("%6s | %9s %9s %9s | %7s %7s | %5s\n", "", "us", "us", "us", "fused", "fused+ov", "");
+    std::printf("%6s | %9s %9s %9s | %7s %7s | %5s %8s\n", "m", "ar_a2a", "fused", "fused+ov", "ratio", "ratio", "iters",
+                "maxdiff");
+    std::printf("%6s | %9s %9s %9s | %7s %7s | %5s %8s\n", "", "us", "us", "us", "fused", "fused+ov", "", "");
     std::fflush(stdout);
   }
   nlohmann::json doc = {{"command", "bench hybrid"}, {"ranks", W},          {"tp", f.tp},
                         {"ep", groups.ep_size},     {"threads", f.threads}, {"router", preset.name},
                         {"hidden", f.hidden},       {"moe_intermediate", f.moe_inter},
                         {"time_unit", "us"},        {"rows", nlohmann::json::array()}};
+  // Progress on stderr: one line rewritten in place on a terminal; otherwise a line per
+  // token count (the table rows go to stdout).
+  const bool tty = ::isatty(2) == 1;
   for (int m : f.tokens) {
+    if (root && !tty) std::fprintf(stderr, "[m %d] measuring...\n", m);
     const size_t n = static_cast<size_t>(m) * static_cast<size_t>(f.hidden);
     const std::vector<float> x0 = random_rows(static_cast<int64_t>(n), static_cast<uint64_t>(f.seed) * 31 + ep_rank);
     Paths p{bl->config, weights.layers[0], groups.tp, &base, &fused, &fused_ovl, x0,
@@ -206,16 +213,30 @@ int run_hybrid(const HybridFlags& f) {
       *dt = now_seconds() - t0;
       return ok_status();
     };
+    // Warm-up, and a check that the three paths agree: the largest difference of the
+    // updated residual stream against ar_a2a's, relative to its range (over all ranks).
     std::vector<double> warm(kVariants);
+    std::vector<float> x_ref;
+    std::vector<double> diff = {0.0};
     Status st;
-    for (int v = 0; v < kVariants && st.ok(); ++v) st = timed(v, &warm[static_cast<size_t>(v)]);
+    for (int v = 0; v < kVariants && st.ok(); ++v) {
+      st = timed(v, &warm[static_cast<size_t>(v)]);
+      if (v == 0) {
+        x_ref = p.x;
+        continue;
+      }
+      const auto [lo, hi] = std::minmax_element(x_ref.begin(), x_ref.end());
+      const double range = n > 0 ? static_cast<double>(*hi - *lo) : 1.0;
+      for (size_t i = 0; i < n; ++i) diff[0] = std::max(diff[0], std::fabs(static_cast<double>(p.x[i] - x_ref[i])) / range);
+    }
     if (st.ok()) st = max_over(world.get(), &warm);
+    if (st.ok()) st = max_over(world.get(), &diff);
     // Fast cases repeat up to 10x, to ~0.3 s of calls (every rank agrees on the count).
     const double slowest = *std::max_element(warm.begin(), warm.end());
     const int iters = static_cast<int>(std::clamp(0.3 / std::max(slowest * kVariants, 1e-9), 1.0 * f.iters, 10.0 * f.iters));
     std::vector<std::vector<double>> times(kVariants);
     for (int i = 0; i < iters && st.ok(); ++i) {
-      if (root && !json_out) std::fprintf(stderr, "\r[m %d] call %d/%d   ", m, i + 1, iters);
+      if (root && tty) std::fprintf(stderr, "\r[m %d] call %d/%d   ", m, i + 1, iters);
       for (int k = 0; k < kVariants && st.ok(); ++k) {  // rotate the order: no variant always first
         const int v = (i + k) % kVariants;
         double dt = 0;
@@ -232,15 +253,15 @@ int run_hybrid(const HybridFlags& f) {
     }
     double med[kVariants];
     for (int v = 0; v < kVariants; ++v) med[v] = median_of(times[static_cast<size_t>(v)]);
-    nlohmann::json row = {{"tokens_per_node", m}, {"iters", iters}};
+    nlohmann::json row = {{"tokens_per_node", m}, {"iters", iters}, {"max_rel_diff", diff[0]}};
     for (int v = 0; v < kVariants; ++v) row[std::string(kVariantNames[v]) + "_us"] = med[v] * 1e6;
     row["ratio_fused"] = med[0] / med[1];
     row["ratio_fused_overlap"] = med[0] / med[2];
     doc["rows"].push_back(row);
     if (root && !json_out) {
-      std::fprintf(stderr, "\r%40s\r", "");
-      std::printf("%6d | %9s %9s %9s | %7.2f %7.2f | %5d\n", m, us(med[0]).c_str(), us(med[1]).c_str(),
-                  us(med[2]).c_str(), med[0] / med[1], med[0] / med[2], iters);
+      if (tty) std::fprintf(stderr, "\r%40s\r", "");
+      std::printf("%6d | %9s %9s %9s | %7.2f %7.2f | %5d %8.1e\n", m, us(med[0]).c_str(), us(med[1]).c_str(),
+                  us(med[2]).c_str(), med[0] / med[1], med[0] / med[2], iters, diff[0]);
       std::fflush(stdout);
     }
   }
