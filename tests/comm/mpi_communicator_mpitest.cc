@@ -304,6 +304,64 @@ TEST(Mpi, InvalidArguments) {
   EXPECT_EQ(make_mpi_communicator(bad).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(Mpi, ReduceScatterExact) {
+  auto c = make_comm();
+  ASSERT_TRUE(c);
+  const int n = c->size(), r = c->rank();
+  const size_t count = 3;
+  std::vector<float> send(static_cast<size_t>(n) * count), recv(count, -1.0f);
+  for (int j = 0; j < n; ++j) {
+    for (size_t i = 0; i < count; ++i) send[j * count + i] = float((r + 1) * 100 + j * 10 + int(i));
+  }
+  ASSERT_TRUE(c->reduce_scatter_sum(send.data(), recv.data(), count).ok());
+  for (size_t i = 0; i < count; ++i) EXPECT_EQ(recv[i], float(100 * n * (n + 1) / 2 + n * (r * 10 + int(i)))) << i;
+}
+
+TEST(Mpi, SplitMembersNodesAndIndependence) {
+  auto c = make_comm(A2aAlgo::kPairwise, /*ranks_per_node=*/2);
+  ASSERT_TRUE(c);
+  const int n = c->size(), r = c->rank();
+  auto sub = c->split(r % 2, -r);  // parity colors, reversed order inside each
+  ASSERT_TRUE(sub.ok()) << sub.status().to_string();
+  std::vector<int> want;
+  for (int q = n - 1; q >= 0; --q) {
+    if (q % 2 == r % 2) want.push_back(q);
+  }
+  std::vector<int> got(static_cast<size_t>((*sub)->size()));
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_TRUE((*sub)->allgather(&r, sizeof r, got.data()).ok());
+  EXPECT_EQ(got, want);
+  // Nodes of the members (parent node q / 2), renumbered by first appearance.
+  std::vector<int> seen;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const int node = want[i] / 2;
+    auto it = std::find(seen.begin(), seen.end(), node);
+    if (it == seen.end()) it = seen.insert(seen.end(), node);
+    EXPECT_EQ((*sub)->node_of(static_cast<int>(i)), it - seen.begin()) << i;
+  }
+  float v = 1.0f, w = 1.0f;
+  ASSERT_TRUE((*sub)->allreduce_sum(&v, 1).ok());
+  ASSERT_TRUE(c->barrier().ok());
+  ASSERT_TRUE(c->allreduce_sum(&w, 1).ok());
+  EXPECT_EQ(v, float(want.size()));
+  EXPECT_EQ(w, float(n));
+  // Point-to-point inside the child.
+  if ((*sub)->size() >= 2) {
+    const int me = (*sub)->rank(), peer = me == 0 ? 1 : 0;
+    if (me <= 1) {
+      int out = r, in = -1;
+      if (me == 0) {
+        ASSERT_TRUE((*sub)->send(&out, sizeof out, peer, 5).ok());
+        ASSERT_TRUE((*sub)->recv(&in, sizeof in, peer, 5).ok());
+      } else {
+        ASSERT_TRUE((*sub)->recv(&in, sizeof in, peer, 5).ok());
+        ASSERT_TRUE((*sub)->send(&out, sizeof out, peer, 5).ok());
+      }
+      EXPECT_EQ(in, want[static_cast<size_t>(peer)]);
+    }
+  }
+}
+
 TEST(Mpi, EmulatedNodes) {
   auto c = make_comm(A2aAlgo::kMpiAlltoallv, /*ranks_per_node=*/2);
   ASSERT_TRUE(c);

@@ -3,6 +3,7 @@
 // move those internals into a header for no reader's benefit.
 #include "moe/comm/inproc_communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -83,11 +84,18 @@ struct OpState {
 };
 
 struct GroupState {
-  GroupState(int n, int rpn, double timeout)
-      : num_ranks(n), ranks_per_node(rpn), timeout_seconds(timeout), next_seq(n, 0), mailbox(n) {}
+  // node_of_rank: the node of each rank, numbered 0..num_nodes-1.
+  GroupState(int n, std::vector<int> node_of_rank, double timeout)
+      : num_ranks(n),
+        node_of(std::move(node_of_rank)),
+        num_nodes(node_of.empty() ? 1 : *std::max_element(node_of.begin(), node_of.end()) + 1),
+        timeout_seconds(timeout),
+        next_seq(n, 0),
+        mailbox(n) {}
 
   const int num_ranks;
-  const int ranks_per_node;
+  const std::vector<int> node_of;
+  const int num_nodes;
   std::atomic<double> timeout_seconds;  // Communicator::set_timeout_seconds (any rank)
 
   std::mutex mu;
@@ -97,6 +105,13 @@ struct GroupState {
   bool broken = false;
   std::string failure;  // why it broke
   std::vector<std::deque<Message>> mailbox;  // per destination, in send order
+  // split(): the child groups being handed out, by (split number, color), with how
+  // many members have yet to pick theirs up.
+  struct Child {
+    std::shared_ptr<GroupState> state;
+    int remaining = 0;
+  };
+  std::map<std::pair<uint64_t, int>, Child> children;
 
   Clock::time_point deadline_from_now() const {
     return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
@@ -375,11 +390,50 @@ class InProcCommunicator : public Communicator {
   int size() const override { return g_->num_ranks; }
   int node_of(int rank) const override {
     MOE_CHECK(rank >= 0 && rank < g_->num_ranks);
-    return g_->ranks_per_node == 0 ? 0 : rank / g_->ranks_per_node;
+    return g_->node_of[static_cast<size_t>(rank)];
   }
-  int num_nodes() const override {
-    const int k = g_->ranks_per_node;
-    return k == 0 ? 1 : (g_->num_ranks + k - 1) / k;
+  int num_nodes() const override { return g_->num_nodes; }
+
+  // Collective: allgather (color, key); the member of each color with the lowest rank
+  // here makes the child's shared state and leaves it in this group's `children`; after
+  // a barrier every member picks it up.
+  StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override {
+    if (color < 0) return local_invalid(Op::kAllgather, "split color " + std::to_string(color) + " must be >= 0");
+    const int n = size();
+    const int64_t mine[2] = {color, key};
+    std::vector<int64_t> all(static_cast<size_t>(2 * n));
+    MOE_RETURN_IF_ERROR(allgather(mine, sizeof mine, all.data()));
+    std::vector<int> members;
+    for (int r = 0; r < n; ++r) {
+      if (all[static_cast<size_t>(2 * r)] == color) members.push_back(r);
+    }
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+      return all[static_cast<size_t>(2 * a + 1)] < all[static_cast<size_t>(2 * b + 1)];
+    });
+    const uint64_t id = splits_++;
+    if (rank_ == *std::min_element(members.begin(), members.end())) {
+      std::vector<int> nodes, seen;  // the members' nodes, renumbered by first appearance
+      for (int m : members) {
+        const int node = node_of(m);
+        auto it = std::find(seen.begin(), seen.end(), node);
+        if (it == seen.end()) it = seen.insert(seen.end(), node);
+        nodes.push_back(static_cast<int>(it - seen.begin()));
+      }
+      auto child = std::make_shared<GroupState>(static_cast<int>(members.size()), std::move(nodes), timeout_seconds());
+      std::lock_guard<std::mutex> lock(g_->mu);
+      g_->children[{id, color}] = GroupState::Child{std::move(child), static_cast<int>(members.size())};
+    }
+    MOE_RETURN_IF_ERROR(barrier());
+    std::shared_ptr<GroupState> state;
+    {
+      std::lock_guard<std::mutex> lock(g_->mu);
+      auto it = g_->children.find({id, color});
+      MOE_CHECK(it != g_->children.end());
+      state = it->second.state;
+      if (--it->second.remaining == 0) g_->children.erase(it);
+    }
+    const int new_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    return std::unique_ptr<Communicator>(std::make_unique<InProcCommunicator>(std::move(state), new_rank));
   }
   std::string backend() const override { return "inproc"; }
   void set_timeout_seconds(double seconds) override {
@@ -601,6 +655,7 @@ class InProcCommunicator : public Communicator {
   std::shared_ptr<GroupState> g_;
   int rank_;
   std::vector<Exchange*> active_;  // this rank's collectives in flight, in issue order
+  uint64_t splits_ = 0;            // split() calls so far (the same count on every rank)
 };
 
 InProcRequest::~InProcRequest() {
@@ -617,7 +672,9 @@ InProcessGroup::InProcessGroup(int num_ranks, int ranks_per_node, double timeout
   MOE_CHECK(num_ranks >= 1);
   MOE_CHECK(ranks_per_node >= 0);
   MOE_CHECK(timeout_seconds > 0);
-  state_ = std::make_shared<inproc_detail::GroupState>(num_ranks, ranks_per_node, timeout_seconds);
+  std::vector<int> node_of(static_cast<size_t>(num_ranks), 0);
+  for (int r = 0; r < num_ranks; ++r) node_of[static_cast<size_t>(r)] = ranks_per_node == 0 ? 0 : r / ranks_per_node;
+  state_ = std::make_shared<inproc_detail::GroupState>(num_ranks, std::move(node_of), timeout_seconds);
   for (int r = 0; r < num_ranks; ++r) comms_.push_back(std::make_unique<inproc_detail::InProcCommunicator>(state_, r));
 }
 

@@ -19,6 +19,7 @@
 // Mismatched calls (different operations, or disagreeing sizes/roots/counts on
 // different ranks) return InvalidArgument on every rank instead of corrupting data.
 // send() copies into a mailbox and returns at once; recv() waits for the match.
+// split() makes child groups (their own shared state) that keep the members' nodes.
 #pragma once
 
 #include <functional>

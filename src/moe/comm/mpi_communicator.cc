@@ -1,3 +1,5 @@
+// Over 600 lines: one class (MpiCommunicator) whose operations share the nonblocking-with-deadline
+// machinery (Pending, wait, orphans); split() and its child set-up belong with it.
 #include "moe/comm/mpi_communicator.h"
 
 // (OMPI_SKIP_MPICXX: set for every user of the moe target, src/CMakeLists.txt.)
@@ -186,6 +188,22 @@ class MpiCommunicator : public Communicator {
     return ok_status();
   }
 
+  // A child of split(): takes ownership of its two communicators.
+  Status adopt(MPI_Comm collectives, MPI_Comm p2p, std::vector<int> node_of, int tag_ub) {
+    comm_ = collectives;
+    p2p_comm_ = p2p;
+    for (MPI_Comm c : {comm_, p2p_comm_}) {
+      int rc = MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+      if (rc != MPI_SUCCESS) return mpi_status("MPI_Comm_set_errhandler", rc);
+    }
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    tag_ub_ = tag_ub;
+    node_of_ = std::move(node_of);
+    num_nodes_ = node_of_.empty() ? 1 : *std::max_element(node_of_.begin(), node_of_.end()) + 1;
+    return ok_status();
+  }
+
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int node_of(int rank) const override { return (rank >= 0 && rank < size_) ? node_of_[rank] : -1; }
@@ -249,6 +267,54 @@ class MpiCommunicator : public Communicator {
     const int rc = MPI_Ibcast(nonnull(data), static_cast<int>(bytes), MPI_BYTE, root, comm_, p.add());
     if (rc != MPI_SUCCESS) return fail(p, mpi_status(p.op, rc));
     return wait(p);
+  }
+
+  Status reduce_scatter_sum(const float* send, float* recv, size_t count) override {
+    MOE_RETURN_IF_ERROR(check_usable("reduce_scatter_sum"));
+    MOE_RETURN_IF_ERROR(check_count("reduce_scatter_sum", "element count", count * static_cast<size_t>(size_)));
+    if (count && (!send || !recv || static_cast<const void*>(send) == static_cast<const void*>(recv))) {
+      return invalid_argument("mpi reduce_scatter_sum: null or identical send/recv buffers");
+    }
+    Pending p = start("reduce_scatter_sum", Kind::kCollective);
+    const void* sbuf = count ? static_cast<const void*>(send) : g_send_dummy;
+    void* rbuf = count ? static_cast<void*>(recv) : g_recv_dummy;
+    const int rc =
+        MPI_Ireduce_scatter_block(sbuf, rbuf, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm_, p.add());
+    if (rc != MPI_SUCCESS) return fail(p, mpi_status(p.op, rc));
+    return wait(p);
+  }
+
+  // The (color, key) allgather proves every peer alive within the deadline; the
+  // blocking MPI_Comm_split that follows then cannot wait long for a missing one.
+  StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override {
+    MOE_RETURN_IF_ERROR(check_usable("split"));
+    if (color < 0) return invalid_argument("mpi split: color " + std::to_string(color) + " must be >= 0");
+    const int mine[2] = {color, key};
+    std::vector<int> all(static_cast<size_t>(2 * size_));
+    MOE_RETURN_IF_ERROR(allgather(mine, sizeof mine, all.data()));
+    std::vector<int> members;
+    for (int r = 0; r < size_; ++r) {
+      if (all[static_cast<size_t>(2 * r)] == color) members.push_back(r);
+    }
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+      return all[static_cast<size_t>(2 * a + 1)] < all[static_cast<size_t>(2 * b + 1)];
+    });
+    std::vector<int> nodes, seen;  // the members' nodes, renumbered by first appearance
+    for (int m : members) {
+      auto it = std::find(seen.begin(), seen.end(), node_of_[m]);
+      if (it == seen.end()) it = seen.insert(seen.end(), node_of_[m]);
+      nodes.push_back(static_cast<int>(it - seen.begin()));
+    }
+    MPI_Comm a = MPI_COMM_NULL, b = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(comm_, color, key, &a);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_split(p2p_comm_, color, key, &b);
+    if (rc != MPI_SUCCESS) {
+      if (a != MPI_COMM_NULL) MPI_Comm_free(&a);
+      return mpi_status("MPI_Comm_split", rc);
+    }
+    auto child = std::make_unique<MpiCommunicator>(options_);
+    MOE_RETURN_IF_ERROR(child->adopt(a, b, std::move(nodes), tag_ub_));
+    return std::unique_ptr<Communicator>(std::move(child));
   }
 
   Status barrier() override {
