@@ -13,6 +13,7 @@
 #include "contains_util.h"
 #include "fp8_model_util.h"
 #include "moe/comm/inproc_communicator.h"
+#include "moe/comm/parallel_groups.h"
 #include "moe/model/hf_checkpoint.h"
 #include "moe/model/tp_shard.h"
 #include "moe/transformer/decoder.h"
@@ -204,6 +205,59 @@ TEST(TpDecoder, Fp8MixtralTp2) {
   testing::make_fp8_model(testing::tiny_model_dir(), dir.file("fp8"), 24, 32);
   expect_tp_matches(dir.file("fp8"), {2});
 }
+
+// Hybrid TP x EP (non-fused): 4 threads as 2 nodes of 2; TP inside a node, EP across
+// (make_parallel_groups). Each EP rank holds a contiguous half of every layer's experts,
+// TP-split; the driver group's ranks dispatch all their tokens over their EP group and
+// all-reduce the partial outputs; the other node's ranks only join the exchanges.
+Run hybrid_run(const Model& model, int tp, int ep) {
+  InProcessGroup group(tp * ep, /*ranks_per_node=*/tp);
+  Run run;
+  const ModelConfig local = tp_local_config(model.config, tp);
+  const Status st = run_ranks(group, [&](Communicator& world) -> Status {
+    MOE_ASSIGN_OR_RETURN(ParallelGroups groups, make_parallel_groups(world, tp, ep));
+    const ExpertPlacement placement = ExpertPlacement::contiguous(model.config.router.num_experts, ep);
+    ModelWeights held = model.weights;  // this EP rank's experts only
+    for (LayerWeights& L : held.layers) {
+      for (size_t e = 0; e < L.experts.size(); ++e) {
+        if (!placement.holds(groups.ep_rank, static_cast<int>(e))) L.experts[e] = ExpertWeights{};
+      }
+    }
+    TpWeightStorage storage;
+    MOE_ASSIGN_OR_RETURN(ModelWeights w, shard_weights_for_tp(model.config, held, groups.tp_rank, tp, &storage));
+    std::vector<EpContext> contexts(static_cast<size_t>(model.config.num_hidden_layers));
+    for (size_t l = 0; l < contexts.size(); ++l) {
+      contexts[l].comm = groups.ep;
+      contexts[l].placement = placement;
+      contexts[l].layer_id = static_cast<int>(l);
+    }
+    DecoderOptions options;
+    options.ep = &contexts;
+    options.tp = TpOptions{groups.tp, vocab_shard(model.config.vocab_size, groups.tp_rank, tp).begin,
+                           groups.ep_rank == 0, false};
+    Decoder dec(local, w, options);
+    dec.reserve(kReserveTokens, kReserveSegments);
+    if (groups.ep_rank == 0) return groups.tp_rank == 0 ? drive(dec, local, &run) : follow(dec, local);
+    for (int i = 0; i < kDriverCalls; ++i) MOE_RETURN_IF_ERROR(dec.forward_chunk(nullptr, 0, 0, nullptr, nullptr));
+    return ok_status();
+  });
+  EXPECT_TRUE(st.ok()) << st.message();
+  return run;
+}
+
+void expect_hybrid_matches(const std::string& dir) {
+  auto model = load(dir);
+  const Run want = reference(*model);
+  const Run got = hybrid_run(*model, 2, 2);
+  EXPECT_EQ(got.tokens, want.tokens);
+  const double worst = worst_relative(want, got);
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(worst, 0.0);
+}
+
+TEST(TpDecoderHybrid, MixtralTp2Ep2) { expect_hybrid_matches(testing::tiny_model_dir()); }
+
+TEST(TpDecoderHybrid, DeepseekV3Tp2Ep2) { expect_hybrid_matches(model_path("models/tiny-deepseek-v3-shakespeare")); }
 
 // --- errors ---
 
