@@ -206,11 +206,18 @@ TEST(TpDecoder, Fp8MixtralTp2) {
   expect_tp_matches(dir.file("fp8"), {2});
 }
 
-// Hybrid TP x EP (non-fused): 4 threads as 2 nodes of 2; TP inside a node, EP across
+// Hybrid TP x EP: 4 threads as 2 nodes of 2; TP inside a node, EP across
 // (make_parallel_groups). Each EP rank holds a contiguous half of every layer's experts,
-// TP-split; the driver group's ranks dispatch all their tokens over their EP group and
-// all-reduce the partial outputs; the other node's ranks only join the exchanges.
-Run hybrid_run(const Model& model, int tp, int ep) {
+// TP-split. Non-fused: the driver group's ranks dispatch all their tokens over their EP
+// group and all-reduce the partial outputs. Fused (MixServe): MoE layers run
+// MoeBlock::forward_fused (RS -> A2A -> AG), with `overlap` two micro-batches. The other
+// node's ranks only join the exchanges.
+struct HybridMode {
+  bool fused = false;
+  bool overlap = false;
+};
+
+Run hybrid_run(const Model& model, int tp, int ep, HybridMode mode) {
   InProcessGroup group(tp * ep, /*ranks_per_node=*/tp);
   Run run;
   const ModelConfig local = tp_local_config(model.config, tp);
@@ -230,11 +237,12 @@ Run hybrid_run(const Model& model, int tp, int ep) {
       contexts[l].comm = groups.ep;
       contexts[l].placement = placement;
       contexts[l].layer_id = static_cast<int>(l);
+      contexts[l].options.overlap = mode.overlap;
     }
     DecoderOptions options;
     options.ep = &contexts;
     options.tp = TpOptions{groups.tp, vocab_shard(model.config.vocab_size, groups.tp_rank, tp).begin,
-                           groups.ep_rank == 0, false};
+                           groups.ep_rank == 0, mode.fused};
     Decoder dec(local, w, options);
     dec.reserve(kReserveTokens, kReserveSegments);
     if (groups.ep_rank == 0) return groups.tp_rank == 0 ? drive(dec, local, &run) : follow(dec, local);
@@ -248,16 +256,21 @@ Run hybrid_run(const Model& model, int tp, int ep) {
 void expect_hybrid_matches(const std::string& dir) {
   auto model = load(dir);
   const Run want = reference(*model);
-  const Run got = hybrid_run(*model, 2, 2);
-  EXPECT_EQ(got.tokens, want.tokens);
-  const double worst = worst_relative(want, got);
-  EXPECT_LT(worst, 1e-4);
-  EXPECT_GT(worst, 0.0);
+  for (const HybridMode mode : {HybridMode{false, false}, HybridMode{true, false}, HybridMode{true, true}}) {
+    SCOPED_TRACE(std::string("fused ") + (mode.fused ? "on" : "off") + ", overlap " + (mode.overlap ? "on" : "off"));
+    const Run got = hybrid_run(*model, 2, 2, mode);
+    EXPECT_EQ(got.tokens, want.tokens);
+    const double worst = worst_relative(want, got);
+    EXPECT_LT(worst, 1e-4);
+    EXPECT_GT(worst, 0.0);
+  }
 }
 
-TEST(TpDecoderHybrid, MixtralTp2Ep2) { expect_hybrid_matches(testing::tiny_model_dir()); }
+TEST(TpDecoderHybrid, MixtralTp2Ep2FusedAndNot) { expect_hybrid_matches(testing::tiny_model_dir()); }
 
-TEST(TpDecoderHybrid, DeepseekV3Tp2Ep2) { expect_hybrid_matches(model_path("models/tiny-deepseek-v3-shakespeare")); }
+TEST(TpDecoderHybrid, DeepseekV3Tp2Ep2FusedAndNot) {
+  expect_hybrid_matches(model_path("models/tiny-deepseek-v3-shakespeare"));
+}
 
 // --- errors ---
 
