@@ -305,5 +305,80 @@ TEST(TpDecoderErrors, TpFollowOnTheDriverOrWithoutTpIsFailedPrecondition) {
   EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.message();
 }
 
+// A malformed broadcast (a hand-made driver on rank 0 sends the header, and the body
+// when the follower will read it): the follower refuses it by name, never crashes.
+struct BadBatch {
+  std::vector<int64_t> header;  // kind, a, b, num_segments, num_tokens, body length
+  std::vector<int64_t> body;
+  bool follower_reads_body;
+  const char* message;
+};
+
+TEST(TpDecoderErrors, MalformedBroadcastIsRefused) {
+  auto model = load(testing::tiny_model_dir());
+  const ModelConfig local = tp_local_config(model->config, 2);
+  const std::vector<BadBatch> cases = {
+      {{7, 0, 0, 0, 0, 0}, {}, false, "malformed batch header"},
+      {{1, 16, 0, 2, 2, 10}, {1, 0, 0, 0, 1, 0, 0, 0, 5, 6}, true, "contiguous forward of several segments"},
+      {{1, 0, 0, 1, 1, 5}, {1, 0, 0, 0, 5}, true, "tokens without a KV cache"},
+      {{2, 4, 8, 1, 1, 6}, {1, 0, 1, 0, 5, 9}, true, "block id 9 out of range"},
+      {{2, 4, 8, 1, 0, 4}, {0, 0, 0, 0}, true, "malformed segment"},
+      {{2, 4, 8, 1, 2, 7}, {1, 0, 1, 0, 5, 6, 0}, true, "do not add up"},
+  };
+  for (const BadBatch& bad : cases) {
+    SCOPED_TRACE(bad.message);
+    InProcessGroup group(2, 0, 5.0);
+    Status follower_status;
+    const Status st = run_ranks(group, [&](Communicator& comm) -> Status {
+      if (comm.rank() == 0) {
+        std::vector<int64_t> header = bad.header, body = bad.body;
+        MOE_RETURN_IF_ERROR(comm.broadcast(header.data(), header.size() * sizeof(int64_t), 0));
+        if (bad.follower_reads_body) MOE_RETURN_IF_ERROR(comm.broadcast(body.data(), body.size() * sizeof(int64_t), 0));
+        return ok_status();
+      }
+      TpWeightStorage storage;
+      MOE_ASSIGN_OR_RETURN(ModelWeights w, shard_weights_for_tp(model->config, model->weights, 1, 2, &storage));
+      DecoderOptions options;
+      options.tp = TpOptions{&comm, vocab_shard(model->config.vocab_size, 1, 2).begin, true, false};
+      Decoder dec(local, w, options);
+      const KvCacheShape shape = kv_cache_shape(local);
+      KVCache kv(local.num_hidden_layers, shape.heads, shape.k_dim, 16, shape.v_dim);
+      PagedKVCache paged(local.num_hidden_layers, shape, 4, 8);
+      TpFollowerCaches caches{[&](int64_t) { return &kv; }, [&](int64_t, int64_t) { return &paged; }};
+      follower_status = dec.tp_follow(caches);
+      return ok_status();
+    });
+    ASSERT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(follower_status.code(), StatusCode::kInvalidArgument);
+    EXPECT_CONTAINS(follower_status.message(), bad.message);
+  }
+}
+
+TEST(TpDecoderErrors, FollowerWithoutAPagedCacheIsFailedPrecondition) {
+  auto model = load(testing::tiny_model_dir());
+  const ModelConfig local = tp_local_config(model->config, 2);
+  InProcessGroup group(2, 0, 5.0);
+  Status follower_status;
+  const Status st = run_ranks(group, [&](Communicator& comm) -> Status {
+    if (comm.rank() == 0) {
+      std::vector<int64_t> header = {2, 4, 8, 1, 1, 6}, body = {1, 0, 1, 0, 5, 3};
+      MOE_RETURN_IF_ERROR(comm.broadcast(header.data(), header.size() * sizeof(int64_t), 0));
+      return comm.broadcast(body.data(), body.size() * sizeof(int64_t), 0);
+    }
+    TpWeightStorage storage;
+    MOE_ASSIGN_OR_RETURN(ModelWeights w, shard_weights_for_tp(model->config, model->weights, 1, 2, &storage));
+    DecoderOptions options;
+    options.tp = TpOptions{&comm, vocab_shard(model->config.vocab_size, 1, 2).begin, true, false};
+    Decoder dec(local, w, options);
+    TpFollowerCaches caches;
+    caches.paged = [](int64_t, int64_t) -> PagedKVCache* { return nullptr; };
+    follower_status = dec.tp_follow(caches);
+    return ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(follower_status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_CONTAINS(follower_status.message(), "no paged KV cache of 8 blocks of 4");
+}
+
 }  // namespace
 }  // namespace moe
