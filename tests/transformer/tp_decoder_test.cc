@@ -188,7 +188,9 @@ std::string model_path(const std::string& rel) { return testing::source_dir() + 
 
 TEST(TpDecoder, MixtralTp2) { expect_tp_matches(testing::tiny_model_dir(), {2}); }
 
-TEST(TpDecoder, DeepseekV3MlaTp2AndTp4) { expect_tp_matches(model_path("models/tiny-deepseek-v3-shakespeare"), {2, 4}); }
+TEST(TpDecoder, DeepseekV3MlaTp2AndTp4) {
+  expect_tp_matches(model_path("models/tiny-deepseek-v3-shakespeare"), {2, 4});
+}
 
 TEST(TpDecoder, Qwen2QkvBiasSharedExpertGateTp2) {
   expect_tp_matches(model_path("tests/data/models/random-qwen2-moe"), {2});
@@ -320,7 +322,11 @@ TEST(TpDecoderErrors, MalformedBroadcastIsRefused) {
   const std::vector<BadBatch> cases = {
       {{7, 0, 0, 0, 0, 0}, {}, false, "malformed batch header"},
       {{1, 16, 0, 2, 2, 10}, {1, 0, 0, 0, 1, 0, 0, 0, 5, 6}, true, "contiguous forward of several segments"},
-      {{1, 0, 0, 1, 1, 5}, {1, 0, 0, 0, 5}, true, "tokens without a KV cache"},
+      {{1, 0, 0, 1, 1, 5}, {1, 0, 0, 0, 5}, true, "without a KV cache that holds them"},
+      {{1, 16, 0, 1, 1, 5}, {1, 16, 0, 0, 5}, true, "positions [16, 17) without a KV cache that holds them"},
+      {{1, 16, 0, 1, 2, 6}, {1, 0, 0, 0, 5, 6}, true, "contiguous forward whose counts do not add up"},
+      {{2, 0, 0, 1, 1, 5}, {1, 0, 0, 0, 5}, true, "tokens without a KV cache"},
+      {{2, 4, 8, 1, 5, 10}, {5, 0, 1, 0, 5, 5, 5, 5, 5, 0}, true, "its block table must cover its positions"},
       {{2, 4, 8, 1, 1, 6}, {1, 0, 1, 0, 5, 9}, true, "block id 9 out of range"},
       {{2, 4, 8, 1, 0, 4}, {0, 0, 0, 0}, true, "malformed segment"},
       {{2, 4, 8, 1, 2, 7}, {1, 0, 1, 0, 5, 6, 0}, true, "do not add up"},

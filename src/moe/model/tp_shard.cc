@@ -230,7 +230,8 @@ Status check_tp_shardable(const ModelConfig& c, int tp) {
   const int64_t head_width = mla ? c.mla.v_head_dim : c.head_dim;
   MOE_RETURN_IF_ERROR(fp8_whole_blocks(
       c, tp, "o_proj ('" + n.layer(0, n.o_proj) + "')", c.num_attention_heads * head_width / tp,
-      "num_attention_heads " + str(c.num_attention_heads) + (mla ? " x v_head_dim " : " x head_dim ") + str(head_width)));
+      "num_attention_heads " + str(c.num_attention_heads) + (mla ? " x v_head_dim " : " x head_dim ") +
+          str(head_width)));
   if (dense) {
     const int l = first_layer(c, false);
     MOE_RETURN_IF_ERROR(fp8_whole_blocks(c, tp, "'" + n.layer(l, n.dense_mlp_prefix + n.mlp_down) + "'",

@@ -149,16 +149,28 @@ Status Decoder::tp_follow(const TpFollowerCaches& caches) {
   const int64_t* tok = seg + num_segments * kSegmentFields;
   tp_tokens_.assign(tok, tok + m);
   if (kind == kContiguous) {
+    const bool one = num_segments == 1;
+    const int64_t start_pos = one ? seg[1] : 0;
     if (num_segments > 1) return invalid_argument("tp_follow: a contiguous forward of several segments");
+    const int64_t want_body = num_segments * static_cast<int64_t>(kSegmentFields) + m;
+    if ((one ? seg[0] : 0) != m || m > kMaxChunk || start_pos < 0 || body != want_body) {
+      return invalid_argument("tp_follow: a contiguous forward whose counts do not add up (" + std::to_string(m) +
+                              " tokens)");
+    }
     KVCache* cache = nullptr;
     if (a > 0) {
       cache = caches.contiguous ? caches.contiguous(a) : nullptr;
-      if (cache == nullptr) return failed_precondition("tp_follow: no contiguous KV cache of capacity " + std::to_string(a));
+      if (cache == nullptr) {
+        return failed_precondition("tp_follow: no contiguous KV cache of capacity " + std::to_string(a));
+      }
     }
-    if (m > 0 && cache == nullptr) return invalid_argument("tp_follow: tokens without a KV cache");
-    const bool want = num_segments == 1 && (seg[3] & kWantsLogits) != 0;
+    if (m > 0 && (cache == nullptr || start_pos + m > cache->capacity())) {
+      return invalid_argument("tp_follow: tokens at positions [" + std::to_string(start_pos) + ", " +
+                              std::to_string(start_pos + m) + ") without a KV cache that holds them");
+    }
+    const bool want = one && (seg[3] & kWantsLogits) != 0;
     if (tp_scratch_logits_.size() < static_cast<size_t>(vocab)) tp_scratch_logits_.resize(static_cast<size_t>(vocab));
-    return run_chunk(tp_tokens_.data(), m, num_segments == 1 ? seg[1] : 0, cache, want ? tp_scratch_logits_.data() : nullptr);
+    return run_chunk(tp_tokens_.data(), m, start_pos, cache, want ? tp_scratch_logits_.data() : nullptr);
   }
   PagedKVCache* cache = nullptr;
   if (a > 0) {
@@ -173,7 +185,10 @@ Status Decoder::tp_follow(const TpFollowerCaches& caches) {
   int64_t table_total = 0, num_logits = 0, all_rows = 0, tokens_seen = 0;
   for (int64_t i = 0; i < num_segments; ++i) {
     const int64_t* f = seg + i * kSegmentFields;
-    if (f[0] <= 0 || f[2] < 0) return invalid_argument("tp_follow: malformed segment from the TP driver");
+    if (f[0] <= 0 || f[1] < 0 || f[2] < (f[1] + f[0] + a - 1) / std::max<int64_t>(a, 1)) {
+      return invalid_argument("tp_follow: malformed segment from the TP driver (its block table must cover its "
+                              "positions)");
+    }
     table_total += f[2];
     tokens_seen += f[0];
     num_logits += (f[3] & kWantsLogits) != 0;
@@ -189,7 +204,9 @@ Status Decoder::tp_follow(const TpFollowerCaches& caches) {
   }
   const size_t scratch = static_cast<size_t>(std::max<int64_t>(1, std::max(num_logits, all_rows)) * vocab);
   if (tp_scratch_logits_.size() < scratch) tp_scratch_logits_.resize(scratch);
-  if (m > max_tokens_ || num_segments > max_segments_) reserve(std::max(m, max_tokens_), std::max(num_segments, max_segments_));
+  if (m > max_tokens_ || num_segments > max_segments_) {
+    reserve(std::max(m, max_tokens_), std::max(num_segments, max_segments_));
+  }
   std::vector<BatchSegment> segments(static_cast<size_t>(num_segments));
   int64_t t0 = 0, k0 = 0, li = 0;
   for (int64_t i = 0; i < num_segments; ++i) {
