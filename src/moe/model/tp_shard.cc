@@ -14,7 +14,14 @@ constexpr std::align_val_t kStorageAlign{64};
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-std::string shape_str(int64_t rows, int64_t cols) { return "[" + str(rows) + ", " + str(cols) + "]"; }
+std::string shape_str(int64_t rows, int64_t cols) {
+  std::string s = "[";  // appended piecewise: GCC 12 warns (-Wrestrict, falsely) on "[" + a + ...
+  s += str(rows);
+  s += ", ";
+  s += str(cols);
+  s += "]";
+  return s;
+}
 
 // "--tp T: config.json field F = v is not divisible by T (why)".
 Status divisible(int tp, const char* field, int64_t value, const std::string& why) {
