@@ -4,6 +4,7 @@
 #include <string>
 
 #include "moe/core/check.h"
+#include "moe/model/tp_shard.h"
 #include "moe/ops/linear.h"
 #include "moe/ops/norm.h"
 #include "moe/transformer/gqa_attention.h"
@@ -28,6 +29,7 @@ Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const D
     : config_(config),
       weights_(weights),
       ep_(options.ep),
+      tp_(options.tp),
       kernel_(options.kernel),
       attention_(config.mla.enabled()
                      ? std::unique_ptr<AttentionBlock>(
@@ -37,6 +39,10 @@ Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const D
       dense_block_(std::make_unique<DenseMlpBlock>(weights, options.kernel)) {
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     ffn_.push_back(config.is_moe_layer(l) ? static_cast<FeedForwardBlock*>(moe_block_.get()) : dense_block_.get());
+  }
+  if (tp_.comm != nullptr) {  // the vocab shard lm_head() assumes (model/tp_shard.h)
+    const VocabShard v = vocab_shard(config.vocab_size, tp_.comm->rank(), tp_.comm->size());
+    MOE_CHECK(tp_.vocab_begin == v.begin && weights.lm_head.rows == v.size() && weights.embed_tokens.rows == v.size());
   }
   reserve(kMaxChunk, 1);
 }
@@ -72,22 +78,32 @@ Status Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache
 
 Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
   MOE_CHECK(m >= 0 && m <= kMaxChunk);
-  if (m == 0) {
-    // A rank without tokens this step still joins every layer's exchanges.
-    if (ep_ != nullptr) {
-      for (int l = 0; l < config_.num_hidden_layers; ++l) {
-        if (!config_.is_moe_layer(l)) continue;
-        MOE_RETURN_IF_ERROR(moe_block_->forward(l, TensorView(), TensorView()));
-      }
-    }
-    return ok_status();
-  }
+  if (tp_driver()) MOE_RETURN_IF_ERROR(broadcast_chunk(tokens, m, start_pos, cache, logits != nullptr));
+  return run_chunk(tokens, m, start_pos, cache, logits);
+}
+
+Status Decoder::run_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+  if (m == 0) return join_exchanges();
   const RowSegment seg{0, m, start_pos, nullptr};
   MOE_RETURN_IF_ERROR(forward_rows(tokens, AttentionBatch{&seg, 1, cache, nullptr}, m));
   if (logits != nullptr) {
     const TensorView h = h_.view().rows(0, 1);  // [1, hidden]
     rms_norm(x_.view().rows(m - 1, 1), vec_view(weights_.final_norm), static_cast<float>(config_.rms_norm_eps), h);
-    linear(h, weights_.lm_head, TensorView::f32(logits, {1, config_.vocab_size}), kernel_);
+    MOE_RETURN_IF_ERROR(lm_head(h, logits));
+  }
+  return ok_status();
+}
+
+Status Decoder::join_exchanges() {
+  // A rank without tokens this step still joins every layer's exchanges.
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    if (!config_.is_moe_layer(l)) continue;
+    if (tp_.comm != nullptr && tp_.fused_moe) {
+      // TODO(coordinator): MoeBlock::forward_fused (h-hybrid) joins the node-local RS/AG
+      // and the cross-node A2A with 0 rows; see forward_rows.
+      return unimplemented("--fused-moe: MoeBlock::forward_fused is not merged yet");
+    }
+    if (ep_ != nullptr) MOE_RETURN_IF_ERROR(moe_block_->forward(l, TensorView(), TensorView()));
   }
   return ok_status();
 }
@@ -105,6 +121,14 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
                             " segments exceed the decoder's reserve of " + std::to_string(max_tokens_) + " tokens in " +
                             std::to_string(max_segments_) + " segments (Decoder::reserve)");
   }
+  if (chunk_hook_) MOE_RETURN_IF_ERROR(chunk_hook_(m));
+  if (tp_driver()) MOE_RETURN_IF_ERROR(broadcast_batch(segments, cache));
+  return run_batch(segments, cache, m, num_logits);
+}
+
+Status Decoder::run_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m,
+                          int64_t num_logits) {
+  if (m == 0) return join_exchanges();
   segments_.clear();
   batch_tokens_.clear();
   int64_t row0 = 0;
@@ -114,8 +138,6 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
     batch_tokens_.insert(batch_tokens_.end(), s.tokens, s.tokens + s.n);
     row0 += s.n;
   }
-  if (chunk_hook_) MOE_RETURN_IF_ERROR(chunk_hook_(m));
-  if (m == 0) return forward_chunk(nullptr, 0, 0, nullptr, nullptr);
   MOE_RETURN_IF_ERROR(
       forward_rows(batch_tokens_.data(), AttentionBatch{segments_.data(), segments_.size(), nullptr, cache}, m));
   const int64_t vocab = config_.vocab_size;
@@ -126,7 +148,7 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
     if (s.all_logits != nullptr) {
       const TensorView normed = h_.view().rows(row, s.n);
       rms_norm(x_.view().rows(row, s.n), vec_view(weights_.final_norm), eps, normed);
-      linear(normed, weights_.lm_head, TensorView::f32(s.all_logits, {s.n, vocab}), kernel_);
+      MOE_RETURN_IF_ERROR(lm_head(normed, s.all_logits));
     }
     row += s.n;
   }
@@ -142,7 +164,7 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
     ++i;
   }
   const TensorView logits = batch_logits_.view().rows(0, num_logits);  // [num_logits, vocab]
-  linear(last_.view().rows(0, num_logits), weights_.lm_head, logits, kernel_);
+  MOE_RETURN_IF_ERROR(lm_head(last_.view().rows(0, num_logits), logits.data_as<float>()));
   i = 0;
   for (const BatchSegment& s : segments) {
     if (s.n <= 0 || s.logits == nullptr) continue;
@@ -159,18 +181,23 @@ Status Decoder::forward_rows(const int* tokens, const AttentionBatch& batch, int
   MOE_CHECK(m <= max_tokens_);
   const TensorView x = x_.view().rows(0, m);          // [m, hidden] residual stream
   const TensorView h = h_.view().rows(0, m);          // [m, hidden] normed
-  const TensorView out = block_out_.view().rows(0, m);  // [m, hidden] a block's output
-  for (int64_t t = 0; t < m; ++t) {
-    convert_to_f32(weights_.embed_tokens.row(tokens[t]), weights_.embed_tokens.dtype, x.row<float>(t),
-                   static_cast<size_t>(hidden));
-  }
+  const TensorView out = block_out_.view().rows(0, m);  // [m, hidden] a block's output (partial under TP)
+  MOE_RETURN_IF_ERROR(embed(tokens, m, x));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     rms_norm(x, vec_view(L.input_norm), eps, h);
     attention_->forward(l, h, batch, out);
+    if (tp_.comm != nullptr && tp_.fused_moe && c.is_moe_layer(l)) {
+      // TODO(coordinator): replace with MoeBlock::forward_fused(l, out, x) once h-hybrid
+      // lands it (RS(out) -> += -> norm -> route -> A2A -> AG -> experts -> RS -> A2A ->
+      // AG(x)), and call moe_block_->set_tp(tp_.comm) in the constructor.
+      return unimplemented("--fused-moe: MoeBlock::forward_fused is not merged yet");
+    }
+    MOE_RETURN_IF_ERROR(tp_reduce(out, m));
     add_into(x, out, m * hidden);
     rms_norm(x, vec_view(L.post_attention_norm), eps, h);
     MOE_RETURN_IF_ERROR(ffn_[static_cast<size_t>(l)]->forward(l, h, out));
+    MOE_RETURN_IF_ERROR(tp_reduce(out, m));
     add_into(x, out, m * hidden);
   }
   return ok_status();

@@ -5,6 +5,14 @@
 // feed-forward block is the sparse MoE (+ shared expert) on MoE layers and a dense
 // SwiGLU MLP elsewhere (mlp_blocks.h). References:
 // transformers/models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py.
+//
+// Tensor parallelism (DecoderOptions::tp; Megatron-LM, Shoeybi et al. 2019): the
+// decoder is built with tp_local_config() and shard_weights_for_tp() (model/tp_shard.h),
+// so each block yields this rank's PARTIAL output, which is all-reduced over the TP
+// group after attention and after each feed-forward block. The embedding and the
+// lm_head are vocab-parallel (rows looked up where owned, zeros elsewhere, all-reduced;
+// logits all-gathered). The driver (TP rank 0 of the driver group) broadcasts each
+// forward's batch to its followers, which run the same forward via tp_follow().
 #pragma once
 
 #include <cstdint>
@@ -12,6 +20,7 @@
 #include <memory>
 #include <vector>
 
+#include "moe/comm/communicator.h"
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
 #include "moe/moe/ep_moe_layer.h"
@@ -26,6 +35,30 @@
 
 namespace moe {
 
+// Tensor parallelism of one decoder (all of it: not owned, null comm = no TP).
+struct TpOptions {
+  // The TP group (ranks of one node). Its rank 0 of the driver group drives.
+  Communicator* comm = nullptr;
+  // First vocabulary row of this rank's embed_tokens / lm_head shard
+  // (vocab_shard(vocab, comm->rank(), comm->size()).begin).
+  int64_t vocab_begin = 0;
+  // This TP group holds the driver (world rank 0): its rank 0 broadcasts every forward's
+  // batch, its other ranks call tp_follow(). Other TP groups (hybrid TP x EP, ep_rank >
+  // 0) only ever call forward_chunk(nullptr, 0) to join the MoE exchanges.
+  bool driver_group = false;
+  // MoE layers run MoeBlock::forward_fused (RS -> A2A -> AG, MixServe) instead of
+  // all-reduce + MoE + all-reduce; dense layers keep the all-reduce path.
+  bool fused_moe = false;
+};
+
+// A TP follower's own KV caches, created or resized on demand with the LOCAL config's
+// KV shape (the engine owns them). Each returns the cache to use, or null (the follow
+// then fails with FailedPrecondition).
+struct TpFollowerCaches {
+  std::function<KVCache*(int64_t capacity)> contiguous;
+  std::function<PagedKVCache*(int64_t block_size, int64_t num_blocks)> paged;
+};
+
 struct DecoderOptions {
   // With `ep` (not owned; one context per layer, entries of dense layers unused), MoE
   // layers run expert-parallel over their context's comm and placement. The contexts
@@ -35,6 +68,8 @@ struct DecoderOptions {
   KernelOptions kernel;
   // Multi-head latent attention models: naive, absorbed or by rule (mla_attention.h).
   MlaPath mla_path = MlaPath::kAuto;
+  // Tensor parallelism (see TpOptions); default none.
+  TpOptions tp{};
 };
 
 class Decoder {
@@ -80,6 +115,13 @@ class Decoder {
   };
   Status forward_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache);
 
+  // TP followers (TP ranks > 0 of the driver group): receives the driver's next
+  // forward_chunk / forward_batch (its kind, cache geometry, segments and tokens) and
+  // runs the same forward on `caches` (logits computed, joined and discarded). One call
+  // per driver call. Errors: communication; FailedPrecondition when not a follower or a
+  // cache callback gives null; InvalidArgument for a malformed broadcast.
+  Status tp_follow(const TpFollowerCaches& caches);
+
   // Before each chunk (rank 0 under EP): called with the chunk's size.
   void set_chunk_hook(std::function<Status(int64_t m)> hook) { chunk_hook_ = std::move(hook); }
   // After each MoE layer of each chunk: the layer index and its global routing counts
@@ -96,10 +138,27 @@ class Decoder {
   // The layers over m token rows made of segments, with either the contiguous cache
   // (one segment) or the paged one.
   Status forward_rows(const int* tokens, const AttentionBatch& batch, int64_t m);
+  // forward_chunk / forward_batch after the driver's broadcast.
+  Status run_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits);
+  Status run_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m, int64_t num_logits);
+  // m == 0: join the layers' exchanges (MoE; fused: the TP group's too).
+  Status join_exchanges();
+  // Embedding rows of `tokens` into x [m, hidden] (vocab-parallel under TP).
+  Status embed(const int* tokens, int64_t m, const TensorView& x);
+  // logits [rows, vocab] = lm_head(normed [rows, hidden]) (all-gathered under TP).
+  Status lm_head(const TensorView& normed, float* logits);
+  // Sum of `out` [m, hidden] over the TP group (no-op without TP).
+  Status tp_reduce(const TensorView& out, int64_t m);
+  bool tp_driver() const;
+  // The driver's broadcast of one forward (contiguous: one segment, capacity; paged).
+  Status broadcast_chunk(const int* tokens, int64_t m, int64_t start_pos, const KVCache* cache, bool want_logits);
+  Status broadcast_batch(const std::vector<BatchSegment>& segments, const PagedKVCache* cache);
+  Status broadcast_plan(std::vector<int64_t>* header, std::vector<int64_t>* body);
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
   const std::vector<EpContext>* ep_;
+  TpOptions tp_;
   KernelOptions kernel_;
   std::unique_ptr<AttentionBlock> attention_;
   std::unique_ptr<MoeBlock> moe_block_;
@@ -114,6 +173,13 @@ class Decoder {
   std::vector<int> batch_tokens_;     // capacity max_tokens
   std::vector<RowSegment> segments_;  // capacity max_segments
   std::function<Status(int64_t)> chunk_hook_;
+  // Tensor parallelism: local logits padded to ceil(vocab / tp) columns, all of them
+  // gathered; a follower's received batch and scratch logits. Grow only.
+  std::vector<float> tp_local_logits_, tp_gathered_logits_;
+  std::vector<int64_t> tp_header_, tp_body_;
+  std::vector<int> tp_tokens_;
+  std::vector<int32_t> tp_tables_;
+  std::vector<float> tp_scratch_logits_;
 };
 
 }  // namespace moe
