@@ -10,12 +10,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <signal.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "contains_util.h"
 #include "generate_run.h"
 #include "safetensors_util.h"
 #include "serve_process.h"
+#include "supervise_stream.h"
 #include "test_util.h"
 
 namespace moe {
@@ -157,6 +160,36 @@ TEST(TpMpirunServe, ServesTheSingleProcessText) {
         << prompt;
   }
   EXPECT_EQ(server.terminate(60, server.rank0_pid()), 0) << server.log();
+}
+
+// The supervised worker group under TP: the worker protocol talks to rank 0 only; both
+// ranks of the TP group are restarted after kill -9 of the follower (rank 1) mid-stream,
+// and the stream resumes with the fault-free greedy text.
+TEST(TpMpirunServe, SupervisedGroupRestartsAfterTheFollowerDies) {
+  testing::ServeProcess server({"--supervise", "--tp", "2", "--threads", "1", "--mpirun-arg=--allow-run-as-root",
+                                "--mpirun-arg=--oversubscribe", "--comm-timeout", "5", "--liveness-timeout", "2",
+                                "--recovery-timeout", "60", "--startup-timeout", "60"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  const int port = server.port();
+  const nlohmann::json greedy = {{"model", "tiny-mixtral-shakespeare"}, {"prompt", "ROMEO:\nWhat light"},
+                                 {"max_tokens", 40}, {"temperature", 0}};
+  const testing::SupervisedStream ref = testing::stream_request(port, greedy);
+  ASSERT_EQ(ref.status, 200) << server.log();
+  EXPECT_EQ(ref.text, testing::generate_text("ROMEO:\nWhat light", 40));
+  const std::vector<int64_t> pids = testing::worker_pids(port);
+  ASSERT_EQ(pids.size(), 2u) << testing::health_json(port).dump();
+  const testing::SupervisedStream g =
+      testing::stream_request(port, greedy, [&] { ::kill(static_cast<pid_t>(pids[1]), SIGKILL); });
+  EXPECT_EQ(g.status, 200);
+  EXPECT_EQ(g.error, "") << server.log();
+  EXPECT_EQ(g.text, ref.text);
+  double recoveries = 0;  // the supervisor's copy of the counter may lag a moment: poll
+  for (int i = 0; i < 200 && recoveries != 1; ++i) {
+    recoveries = testing::metric_value(port, "moe:recoveries_total");
+    if (recoveries != 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(recoveries, 1) << server.log();
+  EXPECT_EQ(server.terminate(), 0) << server.log();
 }
 
 }  // namespace
