@@ -276,6 +276,16 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     ctx.options.a2a_bf16 = options.a2a_bf16;
     ctx.options.hierarchical =
         options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && ep_comm->num_nodes() > 1);
+    if (impl->tensor_parallel() && options.fused_moe) {
+      // The fused path's EP group has one rank per node: its all-to-all is flat (the
+      // hierarchical one would have nothing to forward inside a node).
+      if (options.a2a_hierarchical == 1) {
+        return invalid_argument("--a2a-mode hierarchical with --tp " + std::to_string(impl->groups.tp_size) +
+                                " --fused-moe on: the fused MoE's EP group has one rank per node; use --a2a-mode "
+                                "flat or auto, or --fused-moe off");
+      }
+      ctx.options.hierarchical = false;
+    }
     ctx.options.max_nodes_per_token = options.max_nodes_per_token;
     ctx.options.capacity = impl->capacity;
     impl->ep.assign(static_cast<size_t>(impl->config.num_hidden_layers), ctx);
