@@ -17,6 +17,8 @@ RunFn add_bench_generate_command(CLI::App& bench);
 RunFn add_bench_batch_command(CLI::App& bench);
 RunFn add_bench_a2a_command(CLI::App& bench);
 RunFn add_bench_moe_layer_command(CLI::App& bench);
+// `bench hybrid`: fused RS->A2A->AG vs AR then A2A for the hybrid TP x EP MoE block (mpirun).
+RunFn add_bench_hybrid_command(CLI::App& bench);
 RunFn add_bench_capacity_command(CLI::App& bench);
 RunFn add_bench_serve_command(CLI::App& bench);
 RunFn add_bench_ckpt_command(CLI::App& bench);

@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
   auto* bench_moe_layer =
       bench->add_subcommand("moe-layer", "MoE layer time per stage (router, capacity, experts) for each router");
   auto run_bench_moe_layer = moe::cli::add_bench_moe_layer_command(*bench_moe_layer);
+  auto* bench_hybrid = bench->add_subcommand(
+      "hybrid", "Hybrid TP x EP MoE block: fused RS->A2A->AG vs AR then A2A, 16..4096 tokens (under mpirun)");
+  auto run_bench_hybrid = moe::cli::add_bench_hybrid_command(*bench_hybrid);
   auto* bench_capacity =
       bench->add_subcommand("capacity", "Dropped fraction vs capacity factor on real routing counts (drop study)");
   auto run_bench_capacity = moe::cli::add_bench_capacity_command(*bench_capacity);
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
   if (bench_batch->parsed()) return run_bench_batch();
   if (bench_a2a->parsed()) return run_bench_a2a();
   if (bench_moe_layer->parsed()) return run_bench_moe_layer();
+  if (bench_hybrid->parsed()) return run_bench_hybrid();
   if (bench_capacity->parsed()) return run_bench_capacity();
   if (bench_serve->parsed()) return run_bench_serve();
   if (bench_ckpt->parsed()) return run_bench_ckpt();

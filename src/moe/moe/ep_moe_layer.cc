@@ -30,6 +30,18 @@ struct MicroBatch {
   int64_t num_recv = 0;
   std::unique_ptr<CommRequest> request;
   double started = 0;
+  // Stage-wise state (ep_moe_begin / ep_moe_step).
+  enum class Phase { kIdle, kDispatch, kGather, kScatter, kCombine } phase = Phase::kIdle;
+  const ModelConfig* config = nullptr;
+  const LayerWeights* layer = nullptr;
+  float* out = nullptr;
+  // expert_tp: rows received by each rank of the TP group, the all-gather of the
+  // received rows and the reduce-scatter of the partial results.
+  std::vector<int64_t> tp_rows;
+  std::vector<size_t> ag_send_bytes, ag_recv_bytes, rs_send_bytes, rs_recv_bytes;
+  std::vector<uint8_t> ag_send, ag_recv;
+  std::vector<float> y_all, rs_recv;
+  int64_t tp_total = 0, tp_offset = 0;  // rows gathered; this rank's first row among them
 };
 
 }  // namespace
@@ -206,9 +218,9 @@ void poke(MicroBatch* other) {
   if (other != nullptr && other->request) (void)other->request->test();
 }
 
-Status finish_dispatch_and_compute(Ctx& c, MicroBatch& mb, MicroBatch* other) {
-  MOE_RETURN_IF_ERROR(wait_request(c, mb));
-  const int64_t n = mb.num_recv;
+// Unpacks n dispatch rows from buf into mb.recv_x / recv_e / recv_w, checking that
+// this rank holds every expert named.
+Status unpack_rows(Ctx& c, MicroBatch& mb, const uint8_t* buf, int64_t n) {
   float* rx = grow(mb.recv_x, static_cast<size_t>(n * c.hidden) + 1);
   int* re = grow(mb.recv_e, static_cast<size_t>(n * c.top_k) + 1);
   float* rw = grow(mb.recv_w, static_cast<size_t>(n * c.top_k) + 1);
@@ -216,7 +228,7 @@ Status finish_dispatch_and_compute(Ctx& c, MicroBatch& mb, MicroBatch* other) {
   const int me = c.ep.comm->rank();
   const int num_experts = c.config.router.num_experts;
   for (int64_t row = 0; row < n; ++row) {
-    const uint8_t* src = mb.recv_buf.data() + static_cast<size_t>(row) * c.row_bytes;
+    const uint8_t* src = buf + static_cast<size_t>(row) * c.row_bytes;
     unpack_activations(src, c.hidden, bf16, rx + row * c.hidden);
     std::memcpy(re + row * c.top_k, src + c.hidden * c.act_bytes, static_cast<size_t>(c.top_k) * sizeof(int));
     std::memcpy(rw + row * c.top_k, src + c.hidden * c.act_bytes + c.top_k * sizeof(int),
@@ -229,13 +241,88 @@ Status finish_dispatch_and_compute(Ctx& c, MicroBatch& mb, MicroBatch* other) {
       }
     }
   }
+  return ok_status();
+}
+
+// y[n, hidden] = the local experts' FFN of the unpacked rows.
+void compute_rows(Ctx& c, MicroBatch& mb, int64_t n, float* y, MicroBatch* other) {
   poke(other);
   const double t0 = now_seconds();
-  float* y = grow(mb.y, static_cast<size_t>(n * c.hidden) + 1);
-  grouped_expert_ffn(MoeLayerArgs::f32(c.config, c.layer, rx, n, y), TopkRoutingView{re, rw, n, c.top_k},
-                     &c.ws->experts);
+  grouped_expert_ffn(MoeLayerArgs::f32(c.config, c.layer, mb.recv_x.data(), n, y),
+                     TopkRoutingView{mb.recv_e.data(), mb.recv_w.data(), n, c.top_k}, &c.ws->experts);
   if (c.timings) c.timings->compute_seconds += now_seconds() - t0;
   poke(other);
+}
+
+Status finish_dispatch_and_compute(Ctx& c, MicroBatch& mb, MicroBatch* other) {
+  MOE_RETURN_IF_ERROR(wait_request(c, mb));
+  const int64_t n = mb.num_recv;
+  MOE_RETURN_IF_ERROR(unpack_rows(c, mb, mb.recv_buf.data(), n));
+  compute_rows(c, mb, n, grow(mb.y, static_cast<size_t>(n * c.hidden) + 1), other);
+  return ok_status();
+}
+
+// expert_tp, after the dispatch: all-gather the received rows (packed, as they arrived)
+// inside the TP group, in TP rank order.
+Status start_tp_gather(Ctx& c, MicroBatch& mb) {
+  MOE_RETURN_IF_ERROR(wait_request(c, mb));
+  Communicator& tp = *c.ep.expert_tp;
+  const size_t T = static_cast<size_t>(tp.size());
+  mb.tp_rows.assign(T, 0);
+  MOE_RETURN_IF_ERROR(tp.allgather(&mb.num_recv, sizeof(int64_t), mb.tp_rows.data()));
+  mb.tp_total = 0;
+  mb.tp_offset = 0;
+  for (size_t r = 0; r < T; ++r) {
+    if (static_cast<int>(r) < tp.rank()) mb.tp_offset += mb.tp_rows[r];
+    mb.tp_total += mb.tp_rows[r];
+  }
+  const size_t mine = static_cast<size_t>(mb.num_recv) * c.row_bytes;
+  uint8_t* send = grow(mb.ag_send, T * mine + 1);
+  for (size_t r = 0; r < T; ++r) {
+    if (mine > 0) std::memcpy(send + r * mine, mb.recv_buf.data(), mine);
+  }
+  mb.ag_send_bytes.assign(T, mine);
+  mb.ag_recv_bytes.resize(T);
+  for (size_t r = 0; r < T; ++r) mb.ag_recv_bytes[r] = static_cast<size_t>(mb.tp_rows[r]) * c.row_bytes;
+  grow(mb.ag_recv, static_cast<size_t>(mb.tp_total) * c.row_bytes + 1);
+  mb.started = now_seconds();
+  MOE_ASSIGN_OR_RETURN(mb.request, tp.ialltoallv(send, mb.ag_send_bytes, mb.ag_recv.data(), mb.ag_recv_bytes));
+  return ok_status();
+}
+
+// expert_tp: partial expert FFN (this rank's intermediate shard) of every gathered row,
+// then the reduce-scatter: rank r gets the partials of its own received rows.
+Status compute_and_start_tp_scatter(Ctx& c, MicroBatch& mb, MicroBatch* other) {
+  MOE_RETURN_IF_ERROR(wait_request(c, mb));
+  Communicator& tp = *c.ep.expert_tp;
+  const size_t T = static_cast<size_t>(tp.size());
+  const int64_t n = mb.tp_total;
+  MOE_RETURN_IF_ERROR(unpack_rows(c, mb, mb.ag_recv.data(), n));
+  float* y = grow(mb.y_all, static_cast<size_t>(n * c.hidden) + 1);
+  compute_rows(c, mb, n, y, other);
+  const size_t row = static_cast<size_t>(c.hidden) * sizeof(float);
+  mb.rs_send_bytes.resize(T);
+  mb.rs_recv_bytes.assign(T, static_cast<size_t>(mb.num_recv) * row);
+  for (size_t r = 0; r < T; ++r) mb.rs_send_bytes[r] = static_cast<size_t>(mb.tp_rows[r]) * row;
+  grow(mb.rs_recv, T * static_cast<size_t>(mb.num_recv * c.hidden) + 1);
+  mb.started = now_seconds();
+  MOE_ASSIGN_OR_RETURN(mb.request, tp.ialltoallv(y, mb.rs_send_bytes, mb.rs_recv.data(), mb.rs_recv_bytes));
+  return ok_status();
+}
+
+// expert_tp: mb.y = the sum of the TP ranks' partials of this rank's received rows
+// (ascending TP rank).
+Status finish_tp_scatter(Ctx& c, MicroBatch& mb) {
+  MOE_RETURN_IF_ERROR(wait_request(c, mb));
+  const size_t T = static_cast<size_t>(c.ep.expert_tp->size());
+  const size_t count = static_cast<size_t>(mb.num_recv * c.hidden);
+  float* y = grow(mb.y, count + 1);
+  if (count == 0) return ok_status();
+  std::memcpy(y, mb.rs_recv.data(), count * sizeof(float));
+  for (size_t r = 1; r < T; ++r) {
+    const float* src = mb.rs_recv.data() + r * count;
+    for (size_t i = 0; i < count; ++i) y[i] += src[i];
+  }
   return ok_status();
 }
 
@@ -273,24 +360,112 @@ Status finish_combine(Ctx& c, MicroBatch& mb, float* out) {
   return ok_status();
 }
 
-}  // namespace
-
-Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ep,
-                             EpWorkspace* ws, EpTimings* timings) {
-  if (ep.options.hierarchical) return ep_hierarchical_forward(args, routing, ep, ws->hier.get(), timings);
-  check_moe_layer_args(args);
-  MOE_CHECK(routing.num_tokens == args.num_tokens() && routing.num_topk == args.config.router.top_k);
-  const ModelConfig& config = args.config;
-  const float* x = args.x_data();
-  float* out = args.out_data();
-  const int64_t num_tokens = routing.num_tokens;
+Ctx make_ctx(const ModelConfig& config, const LayerWeights& layer, const EpContext& ep, EpWorkspace* ws,
+             EpTimings* timings) {
+  Ctx c{config, layer, ep, ws, timings, config.hidden_size, config.router.top_k,
+        ep.options.a2a_bf16 ? size_t{2} : size_t{4}, 0};
+  c.row_bytes = static_cast<size_t>(c.hidden) * c.act_bytes + static_cast<size_t>(c.top_k) * (sizeof(int) + sizeof(float));
   if (ws->rank_node.size() != static_cast<size_t>(ep.comm->size())) {
     ws->rank_node.resize(static_cast<size_t>(ep.comm->size()));
     for (int r = 0; r < ep.comm->size(); ++r) ws->rank_node[static_cast<size_t>(r)] = ep.comm->node_of(r);
   }
-  Ctx c{config, args.layer, ep, ws, timings, config.hidden_size, config.router.top_k,
-        ep.options.a2a_bf16 ? size_t{2} : size_t{4}, 0};
-  c.row_bytes = static_cast<size_t>(c.hidden) * c.act_bytes + static_cast<size_t>(c.top_k) * (sizeof(int) + sizeof(float));
+  return c;
+}
+
+Status check_expert_tp(const EpContext& ep) {
+  if (ep.expert_tp != nullptr && ep.options.hierarchical) {
+    return failed_precondition(
+        "the hierarchical all-to-all cannot be combined with tensor-parallel experts (EpContext::expert_tp): the EP "
+        "group has one rank per node, so there is nothing to forward inside a node; use the flat exchange");
+  }
+  return ok_status();
+}
+
+// The micro-batch's next stage; true once its rows of mb.out hold the result. On error
+// the micro-batch is idle again (its exchange in flight, if any, abandoned).
+StatusOr<bool> step_micro_batch(Ctx& c, MicroBatch& mb, MicroBatch* other) {
+  using Phase = MicroBatch::Phase;
+  Status st;
+  bool done = false;
+  switch (mb.phase) {
+    case Phase::kIdle:
+      return failed_precondition("ep_moe_step: no micro-batch in flight in this slot (call ep_moe_begin first)");
+    case Phase::kDispatch:
+      if (c.ep.expert_tp != nullptr) {
+        st = start_tp_gather(c, mb);
+        mb.phase = Phase::kGather;
+      } else {
+        st = finish_dispatch_and_compute(c, mb, other);
+        if (st.ok()) st = start_combine(c, mb);
+        mb.phase = Phase::kCombine;
+      }
+      break;
+    case Phase::kGather:
+      st = compute_and_start_tp_scatter(c, mb, other);
+      mb.phase = Phase::kScatter;
+      break;
+    case Phase::kScatter:
+      st = finish_tp_scatter(c, mb);
+      if (st.ok()) st = start_combine(c, mb);
+      mb.phase = Phase::kCombine;
+      break;
+    case Phase::kCombine:
+      st = finish_combine(c, mb, mb.out);
+      mb.phase = Phase::kIdle;
+      done = true;
+      break;
+  }
+  if (!st.ok()) {
+    mb.phase = Phase::kIdle;
+    mb.request.reset();
+    return st;
+  }
+  return done;
+}
+
+// Routing layout, counts exchange and packing of micro-batch rows [mb.t0, mb.t0 + mb.n)
+// of x; the dispatch is issued separately (issue_dispatch) so that two micro-batches
+// exchange their counts before either dispatch, as before the stage-wise form.
+Status prepare_micro_batch(Ctx& c, MicroBatch& mb, const float* x, const TopkRoutingView& routing, float* out) {
+  mb.config = &c.config;
+  mb.layer = &c.layer;
+  mb.out = out;
+  mb.phase = MicroBatch::Phase::kIdle;
+  return prepare(c, mb, x, routing);
+}
+
+Status issue_dispatch(Ctx& c, MicroBatch& mb) {
+  MOE_RETURN_IF_ERROR(start_dispatch(c, mb));
+  mb.phase = MicroBatch::Phase::kDispatch;
+  return ok_status();
+}
+
+// Runs micro-batches to completion, one stage of each in turn.
+Status run_micro_batches(Ctx& c, MicroBatch* a, MicroBatch* b) {
+  bool a_done = false, b_done = (b == nullptr);
+  while (!a_done || !b_done) {
+    if (!a_done) {
+      MOE_ASSIGN_OR_RETURN(a_done, step_micro_batch(c, *a, b));
+    }
+    if (!b_done) {
+      MOE_ASSIGN_OR_RETURN(b_done, step_micro_batch(c, *b, a));
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ep,
+                             EpWorkspace* ws, EpTimings* timings) {
+  MOE_RETURN_IF_ERROR(check_expert_tp(ep));
+  if (ep.options.hierarchical) return ep_hierarchical_forward(args, routing, ep, ws->hier.get(), timings);
+  check_moe_layer_args(args);
+  MOE_CHECK(routing.num_tokens == args.num_tokens() && routing.num_topk == args.config.router.top_k);
+  const float* x = args.x_data();
+  float* out = args.out_data();
+  const int64_t num_tokens = routing.num_tokens;
+  Ctx c = make_ctx(args.config, args.layer, ep, ws, timings);
   if (timings) ++timings->calls;
   if (num_tokens > 0) std::memset(out, 0, static_cast<size_t>(num_tokens * c.hidden) * sizeof(float));
 
@@ -298,33 +473,59 @@ Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& ro
     MicroBatch& mb = ws->mb[0];
     mb.t0 = 0;
     mb.n = num_tokens;
-    MOE_RETURN_IF_ERROR(prepare(c, mb, x, routing));
-    MOE_RETURN_IF_ERROR(start_dispatch(c, mb));
-    MOE_RETURN_IF_ERROR(finish_dispatch_and_compute(c, mb, nullptr));
-    MOE_RETURN_IF_ERROR(start_combine(c, mb));
-    return finish_combine(c, mb, out);
+    MOE_RETURN_IF_ERROR(prepare_micro_batch(c, mb, x, routing, out));
+    MOE_RETURN_IF_ERROR(issue_dispatch(c, mb));
+    return run_micro_batches(c, &mb, nullptr);
   }
   // Two micro-batches: A's compute overlaps B's dispatch, B's compute overlaps A's
-  // combine. Every rank issues the exchanges in the same order.
+  // combine (with expert_tp, one's node-local gather/scatter overlaps the other's
+  // cross-node exchange). Every rank issues the exchanges in the same order.
   MicroBatch& a = ws->mb[0];
   MicroBatch& b = ws->mb[1];
   a.t0 = 0;
   a.n = num_tokens / 2;
   b.t0 = a.n;
   b.n = num_tokens - a.n;
-  MOE_RETURN_IF_ERROR(prepare(c, a, x, routing));
-  MOE_RETURN_IF_ERROR(prepare(c, b, x, routing));
-  MOE_RETURN_IF_ERROR(start_dispatch(c, a));
-  MOE_RETURN_IF_ERROR(start_dispatch(c, b));
-  MOE_RETURN_IF_ERROR(finish_dispatch_and_compute(c, a, &b));
-  MOE_RETURN_IF_ERROR(start_combine(c, a));
-  MOE_RETURN_IF_ERROR(finish_dispatch_and_compute(c, b, &a));
-  MOE_RETURN_IF_ERROR(start_combine(c, b));
-  MOE_RETURN_IF_ERROR(finish_combine(c, a, out));
-  return finish_combine(c, b, out);
+  MOE_RETURN_IF_ERROR(prepare_micro_batch(c, a, x, routing, out));
+  MOE_RETURN_IF_ERROR(prepare_micro_batch(c, b, x, routing, out));
+  MOE_RETURN_IF_ERROR(issue_dispatch(c, a));
+  MOE_RETURN_IF_ERROR(issue_dispatch(c, b));
+  return run_micro_batches(c, &a, &b);
 }
 
-Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws, EpTimings* timings) {
+Status ep_moe_begin(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpStageCall& call) {
+  MOE_CHECK(call.ctx != nullptr && call.ws != nullptr && (call.slot == 0 || call.slot == 1));
+  const EpContext& ep = *call.ctx;
+  if (ep.options.hierarchical) {
+    MOE_RETURN_IF_ERROR(check_expert_tp(ep));
+    return failed_precondition("ep_moe_begin: the stage-wise MoE exchange is flat only (hierarchical is set)");
+  }
+  check_moe_layer_args(args);
+  MOE_CHECK(routing.num_tokens == args.num_tokens() && routing.num_topk == args.config.router.top_k);
+  MicroBatch& mb = call.ws->mb[call.slot];
+  mb.request.reset();  // a micro-batch an error left in flight is abandoned
+  mb.phase = MicroBatch::Phase::kIdle;
+  Ctx c = make_ctx(args.config, args.layer, ep, call.ws, call.timings);
+  if (call.timings) ++call.timings->calls;
+  const int64_t n = routing.num_tokens;
+  if (n > 0) std::memset(args.out_data(), 0, static_cast<size_t>(n * c.hidden) * sizeof(float));
+  mb.t0 = 0;
+  mb.n = n;
+  MOE_RETURN_IF_ERROR(prepare_micro_batch(c, mb, args.x_data(), routing, args.out_data()));
+  return issue_dispatch(c, mb);
+}
+
+StatusOr<bool> ep_moe_step(const EpStageCall& call) {
+  MOE_CHECK(call.ctx != nullptr && call.ws != nullptr && (call.slot == 0 || call.slot == 1));
+  MicroBatch& mb = call.ws->mb[call.slot];
+  if (mb.phase == MicroBatch::Phase::kIdle) {
+    return failed_precondition("ep_moe_step: no micro-batch in flight in slot " + std::to_string(call.slot));
+  }
+  Ctx c = make_ctx(*mb.config, *mb.layer, *call.ctx, call.ws, call.timings);
+  return step_micro_batch(c, mb, &call.ws->mb[1 - call.slot]);
+}
+
+StatusOr<TopkRoutingView> ep_route_tokens(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws) {
   const ModelConfig& config = args.config;
   const int E = config.router.num_experts;
   if (ctx.placement.num_experts() != E) {
@@ -359,7 +560,13 @@ Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspac
   }
   const RouteOptions route{ctx.options.capacity, ctx.comm, limit.expert_node ? &limit : nullptr, alive};
   MOE_RETURN_IF_ERROR(route_tokens(args, route, &ws->moe));
-  return ep_moe_forward_routed(args, ws->moe.routing(args.num_tokens(), config.router.top_k), ctx, ws, timings);
+  return ws->moe.routing(args.num_tokens(), config.router.top_k);
+}
+
+Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws, EpTimings* timings) {
+  MOE_RETURN_IF_ERROR(check_expert_tp(ctx));  // before the routing's exchanges
+  MOE_ASSIGN_OR_RETURN(const TopkRoutingView routing, ep_route_tokens(args, ctx, ws));
+  return ep_moe_forward_routed(args, routing, ctx, ws, timings);
 }
 
 const StepRoutingCounts& ep_last_routing_counts(const EpWorkspace& ws) { return ws.moe.counts; }

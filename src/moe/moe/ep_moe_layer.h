@@ -8,6 +8,17 @@
 // runs while the other's dispatch or combine is in flight (nonblocking alltoallv).
 //
 // Result equals moe_forward up to f32 summation order (partial sums per rank).
+//
+// Hybrid TP x EP (MixServe, EpContext::expert_tp): every expert's intermediate dim is
+// split over a node-local group (the TP group; weights sharded, config with
+// moe_intermediate_size / tp). After the dispatch exchange, the rows received by the
+// ranks of the TP group (with their expert ids and weights) are all-gathered inside it,
+// each rank computes its partial expert FFN for all of them, and a reduce-scatter
+// returns to each rank the full result for the rows it received; the combine is then
+// as without TP. Both node-local exchanges are ialltoallv on expert_tp (variable row
+// counts), so with two micro-batches they overlap the other micro-batch's cross-node
+// dispatch/combine. Flat exchange only (with one EP rank per node the hierarchical
+// exchange has nothing to forward): hierarchical + expert_tp is FailedPrecondition.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +65,12 @@ struct EpContext {
   ExpertPlacement placement;
   EpOptions options;
   int layer_id = -1;  // the model layer this context serves, for error messages (-1: unknown)
+  // Hybrid: the node-local group (not owned) over which each expert's intermediate dim
+  // is split; null = experts whole (every rank of `comm` computes full results). Every
+  // rank of expert_tp must be in a different EP group `comm` with the same placement,
+  // and call ep_moe_forward in the same order. Weights: this rank's shard of w1/w3 rows
+  // and w2 columns; args.config with moe_intermediate_size / expert_tp->size().
+  Communicator* expert_tp = nullptr;
 };
 
 // Time spent, summed over calls (seconds), for the overlap report.
@@ -96,5 +113,29 @@ const StepRoutingCounts& ep_last_routing_counts(const EpWorkspace& ws);
 // tests and benchmarks to feed hand-made or skewed routings.
 Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ctx,
                              EpWorkspace* ws, EpTimings* timings = nullptr);
+
+// The routing step of ep_moe_forward alone (router, node limit, degraded mode, capacity
+// over ctx.comm; collective on ctx.comm): the view points into ws and stays valid until
+// the next routing on ws. Same errors as ep_moe_forward's routing.
+StatusOr<TopkRoutingView> ep_route_tokens(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws);
+
+// Stage-wise ep_moe_forward_routed of one micro-batch, for callers that interleave
+// micro-batches with their own collectives (MoeBlock::forward_fused): begin, then step
+// until it returns true. Each step waits for the micro-batch's exchange in flight, runs
+// the next local stage and issues the next exchange (nonblocking; small counts
+// exchanges are blocking). `slot` (0 or 1) selects the workspace's micro-batch buffers:
+// two micro-batches in flight need different slots. args' buffers must stay valid until
+// done; args.out is complete only then. Every rank of ctx.comm (and of expert_tp) must
+// issue the same begin/step sequence. Flat exchange only (hierarchical:
+// FailedPrecondition). After an error the slot is idle; begin abandons a micro-batch an
+// error in the caller left in flight.
+struct EpStageCall {
+  const EpContext* ctx = nullptr;
+  EpWorkspace* ws = nullptr;
+  int slot = 0;
+  EpTimings* timings = nullptr;  // optional, accumulates
+};
+Status ep_moe_begin(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpStageCall& call);
+StatusOr<bool> ep_moe_step(const EpStageCall& call);
 
 }  // namespace moe

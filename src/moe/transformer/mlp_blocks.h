@@ -7,7 +7,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
+
+#include "moe/comm/communicator.h"
 
 #include "moe/model/config.h"
 #include "moe/model/weights.h"
@@ -30,6 +33,8 @@ class DenseMlpBlock final : public FeedForwardBlock {
   MlpWorkspace ws_;
 };
 
+class FusedMoe;  // fused_moe.h
+
 class MoeBlock final : public FeedForwardBlock {
  public:
   using RoutingHook = std::function<void(int layer, const StepRoutingCounts& counts)>;
@@ -40,7 +45,26 @@ class MoeBlock final : public FeedForwardBlock {
   // them, as a fallback).
   MoeBlock(const ModelConfig& config, const ModelWeights& weights, const std::vector<EpContext>* ep,
            const KernelOptions& kernel, int64_t max_tokens);
+  ~MoeBlock() override;
+  // forward() runs the layer's context as given; under tensor parallelism (non-fused
+  // hybrid) its experts are TP shards and `out` is this rank's PARTIAL sum (the caller
+  // all-reduces). A context with expert_tp set is refused here (FailedPrecondition): the
+  // fused path sets it itself.
   Status forward(int layer, const TensorView& x, const TensorView& out) override;
+
+  // Hybrid TP x EP: the node-local TP group (not owned, outlives the block; null = none)
+  // for forward_fused.
+  void set_tp(Communicator* tp) { tp_ = tp; }
+  // MixServe's fused MoE block (fused_moe.h): x [m, hidden] f32, the residual stream,
+  // replicated in the TP group, updated in place to
+  //   x + attn + moe(post_attention_norm(x + attn)) (+ shared expert),
+  // where attn = the TP group's sum of attn_partial [m, hidden] f32 (this rank's partial
+  // attention output). m may be 0; it must agree inside the TP group. The layer's
+  // EpContext (over the EP group) is used with expert_tp = the TP group and its
+  // options.overlap (two micro-batches). The block's config is the TP-local one and the
+  // weights this rank's shards. Errors: FailedPrecondition without set_tp or EP contexts
+  // (and for a context whose expert_tp is another group); FusedMoe::forward's errors.
+  Status forward_fused(int layer, const TensorView& attn_partial, const TensorView& x);
 
   // Called after each forward with the layer and its global routing counts.
   void set_routing_hook(RoutingHook hook) { routing_hook_ = std::move(hook); }
@@ -52,6 +76,11 @@ class MoeBlock final : public FeedForwardBlock {
   const ModelConfig& config_;
   const ModelWeights& weights_;
   const std::vector<EpContext>* ep_;
+  KernelOptions kernel_;
+  Communicator* tp_ = nullptr;
+  EpContext fused_ctx_;  // the layer's context with expert_tp = tp_ (reused: no allocation per call)
+  std::unique_ptr<FusedMoe> fused_;
+  StepRoutingCounts fused_counts_;
   MoeWorkspace moe_ws_;
   MlpWorkspace mlp_ws_;  // the shared expert
   EpWorkspacePtr ep_ws_;
