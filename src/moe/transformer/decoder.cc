@@ -40,6 +40,7 @@ Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const D
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     ffn_.push_back(config.is_moe_layer(l) ? static_cast<FeedForwardBlock*>(moe_block_.get()) : dense_block_.get());
   }
+  if (tp_.comm != nullptr && tp_.fused_moe) moe_block_->set_tp(tp_.comm);
   if (tp_.comm != nullptr) {  // the vocab shard lm_head() assumes (model/tp_shard.h)
     const VocabShard v = vocab_shard(config.vocab_size, tp_.comm->rank(), tp_.comm->size());
     MOE_CHECK(tp_.vocab_begin == v.begin && weights.lm_head.rows == v.size() && weights.embed_tokens.rows == v.size());
@@ -99,9 +100,9 @@ Status Decoder::join_exchanges() {
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     if (!config_.is_moe_layer(l)) continue;
     if (tp_.comm != nullptr && tp_.fused_moe) {
-      // TODO(coordinator): MoeBlock::forward_fused (h-hybrid) joins the node-local RS/AG
-      // and the cross-node A2A with 0 rows; see forward_rows.
-      return unimplemented("--fused-moe: MoeBlock::forward_fused is not merged yet");
+      // The node-local RS/AG and the cross-node A2A with 0 rows (see forward_rows).
+      MOE_RETURN_IF_ERROR(moe_block_->forward_fused(l, block_out_.view().rows(0, 0), x_.view().rows(0, 0)));
+      continue;
     }
     if (ep_ != nullptr) MOE_RETURN_IF_ERROR(moe_block_->forward(l, TensorView(), TensorView()));
   }
@@ -188,10 +189,10 @@ Status Decoder::forward_rows(const int* tokens, const AttentionBatch& batch, int
     rms_norm(x, vec_view(L.input_norm), eps, h);
     attention_->forward(l, h, batch, out);
     if (tp_.comm != nullptr && tp_.fused_moe && c.is_moe_layer(l)) {
-      // TODO(coordinator): replace with MoeBlock::forward_fused(l, out, x) once h-hybrid
-      // lands it (RS(out) -> += -> norm -> route -> A2A -> AG -> experts -> RS -> A2A ->
-      // AG(x)), and call moe_block_->set_tp(tp_.comm) in the constructor.
-      return unimplemented("--fused-moe: MoeBlock::forward_fused is not merged yet");
+      // MixServe: RS(out) -> += -> norm -> route -> A2A -> AG -> experts -> RS -> A2A ->
+      // AG(x); x comes back as x + attention + MoE, replicated in the TP group.
+      MOE_RETURN_IF_ERROR(moe_block_->forward_fused(l, out, x));
+      continue;
     }
     MOE_RETURN_IF_ERROR(tp_reduce(out, m));
     add_into(x, out, m * hidden);
