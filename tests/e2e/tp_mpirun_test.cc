@@ -100,6 +100,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"np4_hybrid_unfused", 4, kHybrid + "--fused-moe off"},
                       Case{"np4_hybrid_unfused_flat", 4, kHybrid + "--fused-moe off --a2a-mode flat"},
                       Case{"np4_hybrid_fused_flat", 4, kHybrid + "--fused-moe on --a2a-mode flat"},
+                      Case{"np4_hybrid_fused_overlap", 4, kHybrid + "--fused-moe on --ep-overlap"},
                       Case{"np4_hybrid_fused_deepseek_v3", 4, kHybrid + "--fused-moe on", true},
                       Case{"np4_hybrid_unfused_deepseek_v3", 4, kHybrid + "--fused-moe off", true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });

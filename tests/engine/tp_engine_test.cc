@@ -167,6 +167,14 @@ TEST(TpEngineErrors, EachNamesTheOption) {
   EXPECT_CONTAINS(Engine::open(o).status().message(), "--tp must be >= 1 (got 0)");
 
   o.tp_size = 2;
+  o.ep_size = 2;
+  o.a2a_hierarchical = 1;  // the fused path's EP group has one rank per node
+  st = open_group(4, 2, o);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+  EXPECT_CONTAINS(st.message(), "--a2a-mode hierarchical with --tp 2 --fused-moe on");
+  o.a2a_hierarchical = -1;
+  o.ep_size = 0;
+
   o.rebalance_every = 4;
   EXPECT_CONTAINS(open_group(2, 0, o).message(), "--rebalance-every is not supported with --tp 2");
   o.rebalance_every = 0;
