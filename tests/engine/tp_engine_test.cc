@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "contains_util.h"
+#include "fp8_model_util.h"
 #include "moe/comm/inproc_communicator.h"
 #include "moe/engine.h"
 #include "moe/scheduler.h"
@@ -126,6 +127,39 @@ INSTANTIATE_TEST_SUITE_P(Strategies, TpEngineTest,
                                            Case{"tp2_ep2_unfused", 4, 2, 2, 2, false},
                                            Case{"tp2_ep2_fused_deepseek_v3", 4, 2, 2, 2, true, true}),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// An FP8 checkpoint (blocks of 32 x 32, so every row-parallel slice is whole blocks):
+// each rank shards the FP8 weights (with their scale columns), then dequantises only its
+// shard (dequant) or runs the FP8 kernels on it (native); greedy tokens as one process.
+TEST(TpEngineFp8, ShardsThenDequantisesOrRunsNative) {
+  testing::ScopedTempDir tmp("tp_fp8");
+  testing::make_fp8_model(testing::tiny_model_dir(), tmp.file("fp8"), 32, 32, "");
+  for (Fp8Mode mode : {Fp8Mode::kDequant, Fp8Mode::kNative}) {
+    SCOPED_TRACE(mode == Fp8Mode::kDequant ? "dequant" : "native");
+    EngineOptions o = base_options(tmp.file("fp8"));
+    o.fp8_mode = mode;
+    auto one = Engine::open(o);
+    ASSERT_TRUE(one.ok()) << one.status().to_string();
+    auto want = generate(*one.value());
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    o.tp_size = 2;
+    InProcessGroup group(2, 0, 30);
+    std::vector<int> got;
+    const Status st = run_ranks(group, [&](Communicator& comm) -> Status {
+      EngineOptions ro = o;
+      ro.comm = &comm;
+      MOE_ASSIGN_OR_RETURN(auto engine, Engine::open(ro));
+      if (comm.rank() != 0) return engine->run_worker();
+      auto g = generate(*engine);
+      MOE_RETURN_IF_ERROR(engine->stop_workers());
+      MOE_RETURN_IF_ERROR(g.status());
+      got = *g;
+      return ok_status();
+    });
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(got, *want);
+  }
+}
 
 // Engine::open on every rank of a group of `ranks`; the first error (they agree).
 Status open_group(int ranks, int ranks_per_node, const EngineOptions& options) {

@@ -372,17 +372,19 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   } else if (!local.ok()) {
     return local;
   }
-  if (options.fp8_mode == Fp8Mode::kDequant && impl->config.fp8.enabled) {
-    Impl* p = impl.get();
-    const int64_t n = dequantize_weights_to_bf16(&impl->weights, &impl->fp8_dequantized,
-                                                 [p](int l, int e) { return &p->expert_store[{l, e}]; });
-    MOE_LOG_INFO("fp8 dequant: {} FP8 matrices dequantised to bf16 at load", n);
-  }
-  // Under TP: the local config and this rank's shard of the weights (views and copies).
+  // Under TP: the local config and this rank's shard of the weights (views and copies),
+  // before FP8 dequantisation so that only the shard is dequantised.
   {
     Status sharded = shard_weights(impl.get());
     if (impl->tensor_parallel()) MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, sharded, 0));
     MOE_RETURN_IF_ERROR(sharded);
+  }
+  if (options.fp8_mode == Fp8Mode::kDequant && impl->config.fp8.enabled) {
+    Impl* p = impl.get();
+    ModelWeights* w = impl->tensor_parallel() ? &impl->tp_weights : &impl->weights;
+    const int64_t n = dequantize_weights_to_bf16(w, &impl->fp8_dequantized,
+                                                 [p](int l, int e) { return &p->expert_store[{l, e}]; });
+    MOE_LOG_INFO("fp8 dequant: {} FP8 matrices dequantised to bf16 at load", n);
   }
   const std::string& dir = options.model_dir;
   DecoderOptions decoder_options;
