@@ -29,6 +29,20 @@ struct EngineOptions {
   // gives it the longer start-up deadline, include/moe/launch.h); rank 0 switches when
   // open returns, each worker after that first header. 0 = keep the communicator's.
   double comm_timeout_seconds = 0;
+  // Tensor parallelism (issue 15): the world (comm's ranks) is tp_size x ep_size ranks;
+  // world rank r has tp rank r % tp_size and EP rank r / tp_size, so a TP group is
+  // tp_size consecutive ranks, which must lie on one node (docs/architecture.md). Each
+  // rank of a TP group holds 1/tp_size of every attention head set, MLP and expert
+  // intermediate dim and of the vocabulary (embedding, lm_head); EP spans the TP groups.
+  // tp_size > 1 needs comm (size divisible by tp_size); 1 = no tensor parallelism.
+  int tp_size = 1;
+  // EP group size; 0 = comm's size / tp_size. tp_size * ep_size must equal comm's size
+  // (InvalidArgument naming --tp and --ep otherwise).
+  int ep_size = 0;
+  // Hybrid only (tp_size > 1 and ep_size > 1): MoE layers run MixServe's fused
+  // reduce-scatter -> all-to-all -> all-gather instead of an all-reduce followed by the
+  // all-to-all. No effect otherwise.
+  bool fused_moe = true;
   bool ep_overlap = false;  // two micro-batches, communication overlapped with compute
   bool a2a_bf16 = false;    // dispatch/combine activations as bf16 (half the bytes)
   // Two-level all-to-all (inter-node, then intra-node): -1 = when comm spans several

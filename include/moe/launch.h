@@ -76,6 +76,9 @@ struct EpLaunchOptions {
   // Expert-parallel ranks (`--ep`): 1 = one process. Under mpirun it must equal the
   // number of ranks mpirun started; > 1 needs mpirun. Must be >= 1.
   int ep = 1;
+  // Tensor-parallel ranks per TP group (`--tp`): the world is tp * ep ranks (mpirun -np
+  // tp * ep); with ep 0 the EP size is mpirun's ranks / tp. Must be >= 1; > 1 needs mpirun.
+  int tp = 1;
   // Emulated nodes of K consecutive ranks for the hierarchical exchange (`--ranks-per-
   // node`); 0 = real nodes from MPI. Must be >= 0.
   int ranks_per_node = 0;
@@ -115,8 +118,8 @@ struct LaunchedEngine {
 
   std::unique_ptr<Communicator> comm;  // null for one process (not under mpirun)
   std::unique_ptr<Engine> engine;      // never null after a successful launch_engine()
-  int rank = 0;       // this process's EP rank; rank 0 generates, the others run_worker()
-  int num_ranks = 1;  // EP ranks (1 for one process)
+  int rank = 0;       // this process's world rank; rank 0 generates, the others run_worker()
+  int num_ranks = 1;  // world ranks, tp * ep (1 for one process)
   // --comm-backend gloo with the default rendezvous directory: rank 0 removes it when
   // the engine and communicator are gone (empty otherwise).
   std::string owned_rendezvous_dir;
@@ -126,12 +129,13 @@ struct LaunchedEngine {
 // ep > 1) it creates the MPI communicator over all ranks and sets options.comm to it;
 // it is then collective: every rank must call it. Needs an active MpiSession under
 // mpirun. Errors (InvalidArgument unless noted):
-//   - ep < 1, ranks_per_node < 0 or comm_timeout_seconds not finite > 0: the message
-//     names --ep / --ranks-per-node / --comm-timeout;
+//   - ep < 0 (0 only with tp > 1), tp < 1, ranks_per_node < 0 or comm_timeout_seconds
+//     not finite > 0: the message names --ep / --tp / --ranks-per-node / --comm-timeout;
 //   - ep > 1 without mpirun: "--ep N needs N processes: run it as mpirun -np N moe
-//     <command> --ep N ...";
-//   - mpirun started a different number of ranks than ep: "--ep N but mpirun started M
-//     ranks; they must match";
+//     <command> --ep N ..." (tp > 1 likewise, naming --tp K --ep M and np K * M);
+//   - mpirun started a different number of ranks than ep (tp * ep): "--ep N but mpirun
+//     started M ranks; they must match" ("--tp K x --ep N = ..." with tp > 1);
+//   - tp > 1 with --comm-backend gloo (failover cannot re-form TP groups);
 //   - the communicator's errors (e.g. DeadlineExceeded when a rank does not join);
 //   - Engine::open's errors, prefixed "rank R: " under mpirun.
 // options.comm must be null on entry (the launch provides the communicator).

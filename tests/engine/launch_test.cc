@@ -76,6 +76,28 @@ TEST_F(LaunchTest, BadCommBackendAndGlooStoreWithoutGlooNameTheFlag) {
   EXPECT_CONTAINS(opened.status().message(), "--gloo-store applies to --comm-backend gloo");
 }
 
+TEST_F(LaunchTest, TensorParallelWithoutMpirunNamesTheFlags) {
+  EpLaunchOptions launch{.ep = 2, .command = "serve"};
+  launch.tp = 2;
+  auto opened = launch_engine({.model_dir = testing::tiny_model_dir()}, launch);
+  ASSERT_FALSE(opened.ok());
+  EXPECT_EQ(opened.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(opened.status().message(), "--tp 2 needs 4 processes: run it as mpirun -np 4 moe serve --tp 2 --ep 2");
+  launch.ep = 0;  // EP size from mpirun's ranks
+  EXPECT_CONTAINS(launch_engine({.model_dir = testing::tiny_model_dir()}, launch).status().message(),
+                  "--tp 2 needs 2 processes: run it as mpirun -np 2 moe serve --tp 2 ...");
+  launch.tp = 0;
+  EXPECT_CONTAINS(launch_engine({.model_dir = testing::tiny_model_dir()}, launch).status().message(),
+                  "--tp must be >= 1 (got 0)");
+  launch.tp = 1;  // --ep 0 is only "from the ranks" with --tp
+  EXPECT_CONTAINS(launch_engine({.model_dir = testing::tiny_model_dir()}, launch).status().message(),
+                  "--ep must be >= 1 (got 0)");
+  launch = EpLaunchOptions{.ep = 2, .comm_backend = "gloo"};
+  launch.tp = 2;
+  EXPECT_CONTAINS(launch_engine({.model_dir = testing::tiny_model_dir()}, launch).status().message(),
+                  "--tp 2 with --comm-backend gloo: failover cannot re-form tensor-parallel groups");
+}
+
 TEST_F(LaunchTest, BadEpAndRanksPerNodeNameTheFlag) {
   auto opened = launch_engine({.model_dir = testing::tiny_model_dir()}, {.ep = 0});
   ASSERT_FALSE(opened.ok());

@@ -16,7 +16,20 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
   f->options.batch_invariant = batch_invariant_default;
   app.add_option("--model", f->options.model_dir, "Model: a Hugging Face directory or a checkpoint store (moe ckpt convert); default: the shipped tiny-mixtral-shakespeare");
   app.add_option("--threads", f->options.num_threads, "CPU threads; 0 = all cores")->capture_default_str();
-  app.add_option("--ep", f->launch.ep, "Expert-parallel ranks (run under mpirun -np N)")->capture_default_str();
+  f->ep_option = app.add_option("--ep", f->launch.ep,
+                                "Expert-parallel ranks (run under mpirun -np N; with --tp K: mpirun -np K*N, "
+                                "default N = ranks / K)")
+                     ->capture_default_str();
+  app.add_option("--tp", f->launch.tp,
+                 "Tensor-parallel ranks per group: heads, MLP and expert intermediate dims and the vocabulary "
+                 "split over K consecutive ranks of one node (with --ep N: hybrid, TP in the node, EP across "
+                 "nodes; mpirun -np K*N)")
+      ->capture_default_str();
+  app.add_option("--fused-moe", f->fused_moe,
+                 "on|off: hybrid (--tp K --ep N, both > 1): MoE layers as MixServe's fused reduce-scatter -> "
+                 "all-to-all -> all-gather (on), or an all-reduce then the all-to-all (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--ranks-per-node", f->launch.ranks_per_node,
                  "Emulate nodes of K consecutive ranks (0 = real nodes from MPI)")->capture_default_str();
   f->comm_timeout_option =
@@ -107,14 +120,26 @@ std::string check_engine_flags(const EngineFlags& f) {
            "); 0 = all cores";
   }
   if (f.launch.ep < 1) return "--ep must be >= 1 (got " + std::to_string(f.launch.ep) + ")";
+  if (f.launch.tp < 1) return "--tp must be >= 1 (got " + std::to_string(f.launch.tp) + ")";
+  if (f.fused_moe != "on" && f.fused_moe != "off") return "--fused-moe must be on or off (got '" + f.fused_moe + "')";
+  if (f.launch.tp > 1) {
+    // What would silently diverge across a TP group's ranks (or cannot re-form) is refused.
+    const std::string tp = "--tp " + std::to_string(f.launch.tp);
+    if (f.launch.comm_backend == "gloo") {
+      return tp + " with --comm-backend gloo: failover cannot re-form tensor-parallel groups; use --comm-backend mpi";
+    }
+    if (o.rebalance_every > 0) return "--rebalance-every is not supported with " + tp + " (experts are TP-sharded)";
+    if (o.min_replicas > 1) return "--min-replicas > 1 is not supported with " + tp + " (experts are TP-sharded)";
+    if (!o.placement_file.empty()) return "--placement is not supported with " + tp + " (contiguous placement only)";
+  }
   if (o.max_nodes_per_token < 0) {
     return "--max-nodes-per-token must be >= 0 (got " + std::to_string(o.max_nodes_per_token) + ")";
   }
   if (!(f.launch.comm_timeout_seconds > 0 && std::isfinite(f.launch.comm_timeout_seconds))) {
     return "--comm-timeout must be a finite number of seconds > 0 (got " + format_g(f.launch.comm_timeout_seconds) + ")";
   }
-  if (f.comm_timeout_given() && f.launch.ep == 1 && !launched_under_mpi()) {
-    return "--comm-timeout applies to expert parallelism (--ep > 1)";
+  if (f.comm_timeout_given() && f.world_size() == 1 && !launched_under_mpi()) {
+    return "--comm-timeout applies to expert parallelism (--ep > 1) or tensor parallelism (--tp > 1)";
   }
   if (f.launch.comm_backend == "gloo" && !launched_under_mpi()) {
     return "--comm-backend gloo: run under mpirun --enable-recovery with --ep N";
@@ -148,7 +173,7 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (o.min_replicas > 1 && !launched_under_mpi()) {
     return "--min-replicas places expert replicas on EP ranks: run under mpirun with --ep N";
   }
-  if (o.min_replicas > f.launch.ep) {
+  if (o.min_replicas > f.launch.ep && f.launch.tp == 1) {
     return "--min-replicas " + std::to_string(o.min_replicas) + " exceeds --ep " + std::to_string(f.launch.ep) +
            " (an expert's replicas sit on distinct ranks)";
   }
@@ -197,10 +222,12 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   options.a2a_bf16 = f.a2a_dtype == "bf16";
   options.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
   options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
+  options.fused_moe = f.fused_moe == "on";
   // Given alone, a capacity factor means --overflow-policy drop (resolved by the engine).
   if (f.capacity_given()) options.capacity_factor = f.capacity_factor;
   EpLaunchOptions launch = f.launch;
   launch.command = command;
+  if (launch.tp > 1 && !f.ep_given()) launch.ep = 0;  // the EP size follows from mpirun's ranks
   return launch_engine(options, launch);
 }
 

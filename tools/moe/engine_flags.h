@@ -16,16 +16,21 @@ namespace moe::cli {
 struct EngineFlags {
   // Flags that map one to one land here (--model: empty = default_model_dir()).
   EngineOptions options;
-  EpLaunchOptions launch;  // --ep, --ranks-per-node
+  EpLaunchOptions launch;  // --ep, --tp, --ranks-per-node
   // Spellings mapped onto options by launch_engine_from_flags().
   std::string a2a_dtype = "f32";   // f32 | bf16 -> options.a2a_bf16
   std::string a2a_mode = "auto";   // auto | flat | hierarchical -> options.a2a_hierarchical
   double capacity_factor = 1.0;    // -> options.capacity_factor when --capacity-factor is given
   std::string fp8 = "dequant";     // dequant | native -> options.fp8_mode
+  std::string fused_moe = "on";    // on | off -> options.fused_moe
+  const CLI::Option* ep_option = nullptr;  // --ep (not given with --tp K: EP size = ranks / K)
   const CLI::Option* capacity_option = nullptr;  // set by add_engine_flags
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
   const CLI::Option* gloo_host_option = nullptr;  // --gloo-host
   const CLI::Option* failover_wait_option = nullptr;  // --failover-wait
+  bool ep_given() const { return ep_option != nullptr && ep_option->count() > 0; }
+  // The world size the flags ask for: --tp x --ep (--ep alone without --tp).
+  int world_size() const { return launch.tp * launch.ep; }
   bool failover_wait_given() const { return failover_wait_option != nullptr && failover_wait_option->count() > 0; }
   bool gloo_host_given() const { return gloo_host_option != nullptr && gloo_host_option->count() > 0; }
   bool capacity_given() const { return capacity_option != nullptr && capacity_option->count() > 0; }

@@ -100,7 +100,7 @@ std::string check_supervise_flags(const ServeFlags& f) {
   }
   if (!f.worker_endpoint.empty()) return "--worker-endpoint is internal to --supervise; do not give both";
   if (f.mpirun.empty()) return "--mpirun must not be empty";
-  if (f.engine.launch.ep == 1 && !f.mpirun_args.empty()) {
+  if (f.engine.world_size() == 1 && !f.mpirun_args.empty()) {
     return "--mpirun-arg has no effect with --ep 1 (the worker group is one process, started without mpirun)";
   }
   if (!positive(f.recovery_timeout)) return "--recovery-timeout must be a positive number of seconds";
@@ -112,12 +112,14 @@ std::string check_supervise_flags(const ServeFlags& f) {
 int run_supervised_serve(const ServeFlags& f, const CLI::App& app) {
   if (std::string bad = check_serve_flags(f, /*check_engine=*/false); !bad.empty()) return fail(bad);
   if (f.engine.launch.ep < 1) return fail("--ep must be >= 1 (got " + std::to_string(f.engine.launch.ep) + ")");
+  if (f.engine.launch.tp < 1) return fail("--tp must be >= 1 (got " + std::to_string(f.engine.launch.tp) + ")");
   if (!f.chat_template.empty()) {
     auto t = serve::ChatTemplate::select(f.chat_template, "", "");
     if (!t.ok()) return fail("--chat-template: " + t.status().message());
   }
   supervisor::WorkerGroupOptions wo;
-  const int ep = f.engine.launch.ep;
+  // The group is --tp x --ep ranks (--ep not given with --tp K: one TP group of K).
+  const int ep = f.engine.world_size();
   if (ep > 1) {
     wo.command = {f.mpirun};
     // Gloo's failover needs mpirun to keep the job when one rank dies.

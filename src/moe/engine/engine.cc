@@ -83,7 +83,7 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
 
   const uint64_t seed = sp.seed ? *sp.seed : std::random_device{}();
   RequestSampler sampler(sp, seed, prompt);
-  const KvCacheShape kv = kv_cache_shape(c);
+  const KvCacheShape kv = kv_cache_shape(impl_->run_config());  // under TP: this rank's heads
   KVCache cache(c.num_hidden_layers, kv.heads, kv.k_dim, std::max<int64_t>(needed, 1), kv.v_dim);
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
 

@@ -16,6 +16,9 @@
 namespace moe {
 
 struct EngineCore {
+  // The config the decoder runs on: under tensor parallelism the local one (heads and
+  // intermediate sizes / tp: the KV cache shape per rank); vocab, layers, context and
+  // router are the model's.
   const ModelConfig* config = nullptr;
   const ModelInfo* info = nullptr;
   const Tokenizer* tokenizer = nullptr;

@@ -6,10 +6,12 @@
 #include <vector>
 
 #include "moe/comm/communicator.h"
+#include "moe/comm/parallel_groups.h"
 #include "moe/engine.h"
 #include "moe/engine/engine_core.h"
 #include "moe/model/config.h"
 #include "moe/model/model_source.h"
+#include "moe/model/tp_shard.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
 #include "moe/moe/capacity.h"
@@ -21,6 +23,8 @@
 #include "moe/stats/expert_load_stats.h"
 #include "moe/store/store_model.h"
 #include "moe/transformer/decoder.h"
+#include "moe/transformer/kv_cache.h"
+#include "moe/transformer/paged_kv_cache.h"
 
 namespace moe {
 
@@ -39,9 +43,24 @@ struct Engine::Impl final : EpStepRunner {
   std::unique_ptr<Decoder> decoder;
   std::unique_ptr<ExpertLoadStats> load_stats;
   CapacityOptions capacity;
-  // Expert parallelism (comm == nullptr: single process).
+  // Expert parallelism (comm == nullptr: single process). `comm` is the world (the EP
+  // session's headers, start-up agreement); experts are sharded over ep_comm: the world
+  // without TP, the EP group with it (null under pure TP: every rank holds every expert).
   Communicator* comm = nullptr;
+  Communicator* ep_comm = nullptr;
   std::vector<EpContext> ep;             // [num_layers] expert placement (dense layers: unused)
+  // Tensor parallelism (groups.tp_size > 1, engine_tp.h): the decoder runs on the local
+  // config (heads and intermediate sizes / tp) and this rank's shard of `weights`.
+  ParallelGroups groups;
+  ModelConfig local_config;  // == config without TP
+  ModelWeights tp_weights;   // views into `weights` and copies in tp_storage (TP only)
+  TpWeightStorage tp_storage;
+  // Ranks 1.. of the driver's TP group (EP rank 0) mirror each step of rank 0 on their
+  // own KV caches (Decoder::tp_follow), made and resized here with the local KV shape.
+  bool tp_follower = false;
+  std::unique_ptr<KVCache> follower_kv;
+  std::unique_ptr<PagedKVCache> follower_paged;
+  TpFollowerCaches follower_caches;  // over the two above (engine_tp.cc: make_follower_caches)
   ExpertStore expert_store;              // experts received by live rebalancing (or dequantised: fp8_mode)
   std::vector<std::vector<uint8_t>> fp8_dequantized;  // bf16 copies of non-expert FP8 matrices (Fp8Mode::kDequant)
   std::unique_ptr<Rebalancer> rebalancer;  // under EP only
@@ -53,7 +72,19 @@ struct Engine::Impl final : EpStepRunner {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  Status join_step() override { return decoder->forward_chunk(nullptr, 0, 0, nullptr, nullptr); }
+  bool tensor_parallel() const { return groups.tp_size > 1; }
+  // What the decoder runs on: the local config and sharded weights under TP, else the
+  // model's own (live rebalancing and failover change `weights` in place).
+  const ModelConfig& run_config() const { return tensor_parallel() ? local_config : config; }
+  const ModelWeights& run_weights() const { return tensor_parallel() ? tp_weights : weights; }
+
+  // A TP follower mirrors rank 0's forward pass; every other worker joins the MoE
+  // exchanges (and, in hybrid, its TP group's collectives) with no tokens.
+  Status join_step() override {
+    if (tp_follower) return decoder->tp_follow(follower_caches);
+    return decoder->forward_chunk(nullptr, 0, 0, nullptr, nullptr);
+  }
+
   // No live rebalancing while experts are lost or being re-replicated (the planner
   // places every expert; identical decision on every rank).
   Status rebalance() override {

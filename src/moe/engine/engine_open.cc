@@ -16,6 +16,7 @@
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
 #include "moe/engine/engine_impl.h"
+#include "moe/engine/engine_tp.h"
 #include "moe/engine/expert_loader.h"
 #include "moe/engine/peer_expert_recovery.h"
 #include "moe/model/config.h"
@@ -105,7 +106,7 @@ namespace {
 Status apply_placement_file(const std::string& path, int min_replicas, Engine::Impl* impl) {
   MOE_ASSIGN_OR_RETURN(PlacementPlan plan, load_plan_file(path));
   const ModelConfig& c = impl->config;
-  const int R = impl->comm->size();
+  const int R = impl->ep_comm->size();
   if (plan.num_ranks != R) {
     return invalid_argument(path + ": the plan is for " + std::to_string(plan.num_ranks) + " ranks, but " +
                             std::to_string(R) + " are running");
@@ -145,7 +146,7 @@ Status apply_placement_file(const std::string& path, int min_replicas, Engine::I
 // nodes where there are several). slots_per_rank 0 = ceil(experts * min_replicas / ranks).
 Status plan_min_replica_placement(const EngineOptions& options, Engine::Impl* impl) {
   const ModelConfig& c = impl->config;
-  const Communicator& comm = *impl->comm;
+  const Communicator& comm = *impl->ep_comm;
   const int R = comm.size(), E = c.router.num_experts, m = options.min_replicas;
   PlannerInput in;
   for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -239,6 +240,10 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     return invalid_argument("min_replicas " + std::to_string(options.min_replicas) +
                             (options.min_replicas < 1 ? " must be >= 1" : " needs expert parallelism (a communicator)"));
   }
+  if (impl->tensor_parallel()) {
+    // Heads and intermediate sizes must split evenly (names the config.json field and --tp).
+    MOE_RETURN_IF_ERROR(check_tp_shardable(impl->config, impl->groups.tp_size));
+  }
   MOE_ASSIGN_OR_RETURN(impl->capacity.policy, parse_overflow_policy(resolved_overflow_policy(options)));
   if (impl->capacity.policy == OverflowPolicy::kDropless && options.capacity_factor.has_value()) {
     return invalid_argument("capacity_factor has no effect with overflow_policy 'dropless' (no capacity): use "
@@ -259,15 +264,28 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   }
   merge_generation_config(store ? static_cast<const ModelSource&>(*store) : *impl->source, &impl->config);
   ExpertFilter filter;
-  if (impl->comm != nullptr) {
+  if (impl->ep_comm != nullptr) {
+    // Experts over the EP group (the world without TP); under TP every rank of a TP group
+    // holds the same experts, each a slice of them (shard_weights).
+    Communicator* ep_comm = impl->ep_comm;
     if (impl->config.router.num_experts < 1) return invalid_argument("model has no experts to shard");
     EpContext ctx;
-    ctx.comm = impl->comm;
-    ctx.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, impl->comm->size());
+    ctx.comm = ep_comm;
+    ctx.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, ep_comm->size());
     ctx.options.overlap = options.ep_overlap;
     ctx.options.a2a_bf16 = options.a2a_bf16;
     ctx.options.hierarchical =
-        options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && impl->comm->num_nodes() > 1);
+        options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && ep_comm->num_nodes() > 1);
+    if (impl->tensor_parallel() && options.fused_moe) {
+      // The fused path's EP group has one rank per node: its all-to-all is flat (the
+      // hierarchical one would have nothing to forward inside a node).
+      if (options.a2a_hierarchical == 1) {
+        return invalid_argument("--a2a-mode hierarchical with --tp " + std::to_string(impl->groups.tp_size) +
+                                " --fused-moe on: the fused MoE's EP group has one rank per node; use --a2a-mode "
+                                "flat or auto, or --fused-moe off");
+      }
+      ctx.options.hierarchical = false;
+    }
     ctx.options.max_nodes_per_token = options.max_nodes_per_token;
     ctx.options.capacity = impl->capacity;
     impl->ep.assign(static_cast<size_t>(impl->config.num_hidden_layers), ctx);
@@ -277,7 +295,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     } else if (options.min_replicas > 1) {
       MOE_RETURN_IF_ERROR(plan_min_replica_placement(options, impl));
     }
-    const int me = impl->comm->rank();
+    const int me = ep_comm->rank();
     const std::vector<EpContext>* layers = &impl->ep;
     filter = [layers, me](int layer, int expert) {
       return (*layers)[static_cast<size_t>(layer)].placement.holds(me, expert);
@@ -289,7 +307,8 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     restore_options.threads = options.num_threads > 0 ? options.num_threads : 1;
     // Under EP an expert shard with no good local copy may come from a peer's replica
     // (recover_experts_from_peers, after the start-up agreement); alone it is an error.
-    restore_options.tolerate_missing_experts = impl->comm != nullptr;
+    // (Not under TP: peer recovery runs over the world's placement.)
+    restore_options.tolerate_missing_experts = impl->comm != nullptr && !impl->tensor_parallel();
     RestoreReport report;
     MOE_RETURN_IF_ERROR(store->restore(filter, restore_options, &report));
     MOE_LOG_INFO("restored {}: {} shards ({} of {} experts), {:.1f} MB in {:.3f} s on {} thread(s), {} fallback(s)",
@@ -331,10 +350,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
   auto impl = std::make_unique<Impl>();
   impl->comm = options.comm;
+  // The TP and EP groups (collective; its errors are the same on every rank).
+  MOE_RETURN_IF_ERROR(open_parallel_groups(options, impl.get()));
   Status local = open_local(options, impl.get());
   if (impl->comm != nullptr) {
     const uint64_t fp = local.ok() ? model_fingerprint(*impl->source, impl->weights) : 0;
     MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
+  }
+  if (impl->comm != nullptr && !impl->tensor_parallel()) {
     // Collective on every rank (HF ones too: they can serve copies).
     std::vector<ExpertPlacement> placements;
     for (const EpContext& ctx : impl->ep) placements.push_back(ctx.placement);
@@ -349,25 +372,44 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   } else if (!local.ok()) {
     return local;
   }
+  // Under TP: the local config and this rank's shard of the weights (views and copies),
+  // before FP8 dequantisation so that only the shard is dequantised.
+  {
+    Status sharded = shard_weights(impl.get());
+    if (impl->tensor_parallel()) MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, sharded, 0));
+    MOE_RETURN_IF_ERROR(sharded);
+  }
   if (options.fp8_mode == Fp8Mode::kDequant && impl->config.fp8.enabled) {
     Impl* p = impl.get();
-    const int64_t n = dequantize_weights_to_bf16(&impl->weights, &impl->fp8_dequantized,
+    ModelWeights* w = impl->tensor_parallel() ? &impl->tp_weights : &impl->weights;
+    const int64_t n = dequantize_weights_to_bf16(w, &impl->fp8_dequantized,
                                                  [p](int l, int e) { return &p->expert_store[{l, e}]; });
     MOE_LOG_INFO("fp8 dequant: {} FP8 matrices dequantised to bf16 at load", n);
   }
   const std::string& dir = options.model_dir;
-  DecoderOptions decoder_options{impl->comm ? &impl->ep : nullptr, KernelOptions{options.batch_invariant}};
+  DecoderOptions decoder_options;
+  decoder_options.ep = impl->ep_comm ? &impl->ep : nullptr;
+  decoder_options.kernel = KernelOptions{options.batch_invariant};
+  if (impl->tensor_parallel()) {
+    const ParallelGroups& g = impl->groups;
+    decoder_options.tp.comm = g.tp;
+    decoder_options.tp.vocab_begin = vocab_shard(impl->config.vocab_size, g.tp_rank, g.tp_size).begin;
+    decoder_options.tp.driver_group = g.ep_rank == 0;
+    decoder_options.tp.fused_moe = options.fused_moe && g.ep_size > 1;  // hybrid only
+    impl->tp_follower = g.ep_rank == 0 && g.tp_rank > 0;
+    if (impl->tp_follower) make_follower_caches(impl.get());
+  }
   decoder_options.mla_path = options.mla_attention == "naive"      ? MlaPath::kNaive
                              : options.mla_attention == "absorbed" ? MlaPath::kAbsorbed
                                                                    : MlaPath::kAuto;
-  impl->decoder = std::make_unique<Decoder>(impl->config, impl->weights, decoder_options);
+  impl->decoder = std::make_unique<Decoder>(impl->run_config(), impl->run_weights(), decoder_options);
   impl->decoder->set_capacity(impl->capacity);
   ExpertLoadStats* stats = impl->load_stats.get();
   impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {
     stats->record_step(layer, counts.tokens_per_expert.data(), counts.dropped, counts.rerouted, counts.degraded_tokens,
                        counts.degraded_per_expert.empty() ? nullptr : counts.degraded_per_expert.data());
   });
-  if (impl->comm != nullptr) {
+  if (impl->comm != nullptr && !impl->tensor_parallel()) {
     RebalanceInputs in{.comm = impl->comm,
                        .config = &impl->config,
                        .load_stats = impl->load_stats.get(),
@@ -387,6 +429,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (impl->comm != nullptr && impl->comm->rank() == 0 && options.comm_timeout_seconds > 0) {
     impl->comm->set_timeout_seconds(options.comm_timeout_seconds);  // start-up is over for rank 0
   }
+  // The TP / EP sub-groups talk only inside steps (after rank 0's first header): every
+  // rank switches them now.
+  set_group_timeouts(impl.get(), options.comm_timeout_seconds);
   if (impl->comm != nullptr && impl->comm->rank() == 0) {
     EpSession* session = impl->session.get();
     impl->decoder->set_chunk_hook([session](int64_t m) { return session->announce_step(m); });
@@ -396,7 +441,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                dir, impl->config.model_type, impl->config.num_hidden_layers, impl->config.router.num_experts,
                impl->config.router.top_k, impl->info.num_parameters / 1e6, impl->info.num_active_parameters / 1e6,
                impl->info.weight_bytes / 1e6);
-  impl->core = EngineCore{.config = &impl->config,
+  impl->core = EngineCore{.config = &impl->run_config(),
                           .info = &impl->info,
                           .tokenizer = impl->tokenizer.get(),
                           .decoder = impl->decoder.get(),

@@ -110,10 +110,19 @@ StatusOr<std::unique_ptr<Communicator>> open_gloo_group(const EpLaunchOptions& l
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 
-// The EP communicator for `launch`: null for one process.
+// "--ep N" or, under tensor parallelism, "--tp K x --ep N = W" (ep 0: "--tp K").
+std::string world_flags(const EpLaunchOptions& launch) {
+  if (launch.tp == 1) return "--ep " + std::to_string(launch.ep);
+  if (launch.ep == 0) return "--tp " + std::to_string(launch.tp);
+  return "--tp " + std::to_string(launch.tp) + " x --ep " + std::to_string(launch.ep) + " = " +
+         std::to_string(launch.tp * launch.ep);
+}
+
+// The world communicator for `launch` (tp * ep ranks): null for one process.
 StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& launch) {
   const std::string n = std::to_string(launch.ep);
-  if (launch.ep < 1) return invalid_argument("--ep must be >= 1 (got " + n + ")");
+  if (launch.tp < 1) return invalid_argument("--tp must be >= 1 (got " + std::to_string(launch.tp) + ")");
+  if (launch.ep < (launch.tp > 1 ? 0 : 1)) return invalid_argument("--ep must be >= 1 (got " + n + ")");
   if (launch.ranks_per_node < 0) {
     return invalid_argument("--ranks-per-node must be >= 0 (got " + std::to_string(launch.ranks_per_node) + ")");
   }
@@ -131,8 +140,19 @@ StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& lau
   if (!launch.gloo_store_dir.empty() && launch.comm_backend != "gloo") {
     return invalid_argument("--gloo-store applies to --comm-backend gloo");
   }
-  if (launch.ep == 1 && !launched_under_mpi()) return std::unique_ptr<Communicator>();
+  if (launch.tp > 1 && launch.comm_backend == "gloo") {
+    return invalid_argument("--tp " + std::to_string(launch.tp) +
+                            " with --comm-backend gloo: failover cannot re-form tensor-parallel groups (a lost "
+                            "rank's shards have no replica); use --comm-backend mpi");
+  }
+  if (launch.ep == 1 && launch.tp == 1 && !launched_under_mpi()) return std::unique_ptr<Communicator>();
   if (!launched_under_mpi()) {
+    if (launch.tp > 1) {
+      const std::string w = std::to_string(launch.tp * std::max(launch.ep, 1));
+      return invalid_argument("--tp " + std::to_string(launch.tp) + " needs " + w +
+                              " processes: run it as mpirun -np " + w + " moe " + launch.command + " --tp " +
+                              std::to_string(launch.tp) + (launch.ep > 0 ? " --ep " + n : std::string()) + " ...");
+    }
     return invalid_argument("--ep " + n + " needs " + n + " processes: run it as mpirun -np " + n + " moe " +
                             launch.command + " --ep " + n + " ...");
   }
@@ -141,9 +161,12 @@ StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& lau
   mo.ranks_per_node = launch.ranks_per_node;
   mo.timeout_seconds = std::max(launch.comm_timeout_seconds, launch.startup_timeout_seconds);
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, make_mpi_communicator(mo));
-  if (comm->size() != launch.ep) {
-    return invalid_argument("--ep " + n + " but mpirun started " + std::to_string(comm->size()) +
-                            " ranks; they must match");
+  const int world = comm->size();
+  if (launch.ep == 0 ? world % launch.tp != 0 : world != launch.tp * launch.ep) {
+    return invalid_argument(world_flags(launch) + (launch.ep == 0 ? " does not divide the " : " but mpirun started ") +
+                            std::to_string(world) + " ranks" +
+                            (launch.ep == 0 ? " mpirun started" : "; they must match") +
+                            (launch.tp > 1 ? " (the world is --tp x --ep ranks)" : ""));
   }
   return comm;
 }
@@ -163,6 +186,8 @@ StatusOr<LaunchedEngine> launch_engine(EngineOptions options, const EpLaunchOpti
   out.num_ranks = out.comm ? out.comm->size() : 1;
   options.comm = out.comm.get();
   options.comm_timeout_seconds = launch.comm_timeout_seconds;
+  options.tp_size = launch.tp;
+  options.ep_size = launch.ep == 0 ? out.num_ranks / launch.tp : launch.ep;
   auto engine = Engine::open(options);
   if (!engine.ok()) {
     if (!out.comm) return engine.status();
