@@ -85,6 +85,39 @@ TEST(PlanTest, PureEpDecodeCommunicationByHand) {
   EXPECT_NEAR(r.throughput, 4.0 * 6 / (r.ttft_s + 6 * r.tpot_s), 1e-9);
 }
 
+TEST(PlanTest, DriverOnlyAttentionSendsEveryTokenFromTheDriver) {
+  // As this engine runs EP today: the driver holds all 4 sequences and dispatches
+  // 4 x 2 x 64 x 2 B = 1024 B: 1 us + 1/2 x 1024 ns = 1.512 us, x 2 x 2 layers = 6.048 us;
+  // its KV cache holds all 4 sequences (16 tokens, 2 layers, 64 values, 2 B) = 16384 B.
+  Workload w = batch(4);
+  w.driver_only_attention = true;
+  StrategyResult r = evaluate_strategy(tiny(), profile(), {1, 2}, w, {1, 2, 1, 2, false});
+  ASSERT_TRUE(r.feasible) << r.reason;
+  EXPECT_NEAR(r.decode.intra_comm_s, 6.048e-6, 1e-15);
+  EXPECT_DOUBLE_EQ(r.memory.kv_cache, 4.0 * 16 * 2 * 64 * 2);
+}
+
+TEST(PlanTest, ChunkedPrefillTtftIsTheMeanOverTheBatch) {
+  // 3 prompts of 10 tokens, one replica (TP2). Chunk 10: one prompt per step, 3 steps, the
+  // i-th request's first token after i steps: mean 2 steps of a 1-prompt step.
+  const Strategy tp2{2, 1, 2, 1, false};
+  StrategyResult one = evaluate_strategy(tiny(), profile(), {1, 2}, batch(1), tp2);
+  Workload w = batch(3);
+  w.prefill_chunk = 10;
+  StrategyResult r = evaluate_strategy(tiny(), profile(), {1, 2}, w, tp2);
+  EXPECT_DOUBLE_EQ(r.prefill.total_s, one.prefill.total_s);
+  EXPECT_DOUBLE_EQ(r.ttft_s, 2 * one.prefill.total_s);
+  // Chunk 20: two prompts per step, 2 steps: mean 1.5 steps of a 2-prompt step.
+  w.prefill_chunk = 20;
+  r = evaluate_strategy(tiny(), profile(), {1, 2}, w, tp2);
+  StrategyResult two = evaluate_strategy(tiny(), profile(), {1, 2}, batch(2), tp2);
+  EXPECT_DOUBLE_EQ(r.ttft_s, 1.5 * two.prefill.total_s);
+  // Unchunked (0) and a chunk holding the whole batch: one step of all 3 prompts.
+  w.prefill_chunk = 30;
+  EXPECT_DOUBLE_EQ(evaluate_strategy(tiny(), profile(), {1, 2}, w, tp2).ttft_s,
+                   evaluate_strategy(tiny(), profile(), {1, 2}, batch(3), tp2).ttft_s);
+}
+
 TEST(PlanTest, PureTpDecodeCommunicationByHand) {
   // TP2 on one node, batch 4: every device holds all 4 tokens; per layer two all-reduces of
   // 4 x 64 x 2 B = 512 B (2 x 1 us + 2 x 1/2 x 512 ns = 2.512 us), plus the embedding's

@@ -75,6 +75,23 @@ std::string memory_reason(const MemoryUse& u, double capacity, const Strategy& s
   return os.str();
 }
 
+// The prefill of `seqs` prompts of `len` tokens in steps of at most `chunk` tokens per
+// replica: one step's input and the number of steps.
+struct PrefillSteps {
+  StepInput step;
+  int64_t steps = 1;
+};
+PrefillSteps prefill_steps(int64_t seqs, int64_t len, int64_t replicas, int64_t chunk) {
+  const int64_t per_replica = (seqs + replicas - 1) / replicas;
+  if (chunk <= 0 || per_replica * len <= chunk) return {{seqs, len, static_cast<double>(len) / 2}, 1};
+  if (len >= chunk) {
+    // One prompt per replica per step, chunk tokens of it.
+    return {{std::min(seqs, replicas), chunk, static_cast<double>(len) / 2}, per_replica * ((len + chunk - 1) / chunk)};
+  }
+  const int64_t q = chunk / len;  // whole prompts per replica per step
+  return {{std::min(seqs, q * replicas), len, static_cast<double>(len) / 2}, (per_replica + q - 1) / q};
+}
+
 // Mean M/D/1 response time factor: waiting adds rho / (2 (1 - rho)) service times.
 double md1_factor(double rho) { return 1.0 + rho / (2.0 * (1.0 - rho)); }
 
@@ -113,24 +130,28 @@ StrategyResult evaluate_strategy(const ModelConfig& model, const HardwareProfile
   const int64_t I = w.input_len, O = w.output_len;
   const double capacity = hw.device.memory_capacity;
   const StepInput decode1{1, 1, static_cast<double>(I) + static_cast<double>(O) / 2};
+  const int64_t replicas = w.driver_only_attention ? 1 : s.attn_dp;
+  const PrefillSteps pre = prefill_steps(w.batch > 0 ? w.batch : 1, I, replicas, w.prefill_chunk);
+  const double mean_prefill_steps = static_cast<double>(pre.steps + 1) / 2;
   if (w.batch > 0) {
     r.batch = w.batch;
-    r.prefill = step_cost(m, hw, cl, w, s, {w.batch, I, static_cast<double>(I) / 2});
+    r.prefill = step_cost(m, hw, cl, w, s, pre.step);
     r.decode = step_cost(m, hw, cl, w, s, {w.batch, 1, decode1.ctx});
-    r.ttft_s = r.prefill.total_s;
+    r.ttft_s = r.prefill.total_s * mean_prefill_steps;
     r.tpot_s = r.decode.total_s;
     r.throughput = static_cast<double>(w.batch * O) / (r.ttft_s + static_cast<double>(O) * r.tpot_s);
   } else {
     // Rate mode: one request's prefill at a time (M/D/1 wait), decode of the concurrent
     // batch B = rate * (TTFT + O * TPOT) (Little's law), iterated to a fixed point.
-    r.prefill = step_cost(m, hw, cl, w, s, {1, I, static_cast<double>(I) / 2});
-    const double rho = w.request_rate * r.prefill.total_s;
+    r.prefill = step_cost(m, hw, cl, w, s, pre.step);
+    const double prefill_s = r.prefill.total_s * static_cast<double>(pre.steps);  // one request's prompt
+    const double rho = w.request_rate * prefill_s;
     bool saturated = rho >= 0.95;
     int64_t B = 1;
     for (int it = 0; it < 200 && !saturated; ++it) {
       r.decode = step_cost(m, hw, cl, w, s, {B, 1, decode1.ctx});
       const double tpot = r.decode.total_s / (1.0 - rho);
-      const double ttft = r.prefill.total_s * md1_factor(rho);
+      const double ttft = prefill_s * md1_factor(rho);
       const auto next = static_cast<int64_t>(std::ceil(w.request_rate * (ttft + static_cast<double>(O) * tpot)));
       r.ttft_s = ttft;
       r.tpot_s = tpot;
@@ -149,7 +170,7 @@ StrategyResult evaluate_strategy(const ModelConfig& model, const HardwareProfile
     r.batch = B;
     r.throughput = w.request_rate * static_cast<double>(O);
   }
-  r.memory = memory_use(m, hw, w, s, r.batch, I + O, w.batch > 0 ? w.batch * I : I);
+  r.memory = memory_use(m, hw, w, s, r.batch, I + O, pre.step.seqs * pre.step.new_tokens);
   if (r.memory.total() > capacity) {
     r.feasible = false;
     r.out_of_memory = true;
@@ -171,6 +192,7 @@ StatusOr<PlanResult> plan(const ModelConfig& model, const HardwareProfile& hw, c
   if (w.output_len < 1) return invalid_argument("--output-len must be >= 1 (got " + std::to_string(w.output_len) + ")");
   if (!(w.a2a_skew >= 1.0) || !std::isfinite(w.a2a_skew)) return invalid_argument("--a2a-skew must be >= 1");
   if (w.expert_replicas < 0) return invalid_argument("--expert-replicas must be >= 0");
+  if (w.prefill_chunk < 0) return invalid_argument("--prefill-chunk must be >= 0");
   PlanResult out;
   out.objective = w.batch > 0 ? "throughput" : "latency";
   const int W = cl.world();

@@ -46,6 +46,14 @@ struct Workload {
   int micro_batches = 2;      // fused hybrid: micro-batches whose node-local and cross-node comm overlap
   bool overlap_compute = false;  // two micro-batches overlapping all comm with compute (DualPipe-like)
   int expert_replicas = 0;    // redundant experts per device (weights only; lowers a2a_skew in practice)
+  // Attention on the driver's TP group alone (the other groups only join the MoE
+  // exchanges with no tokens of their own), as this repository's engine runs --tp/--ep
+  // today; false = DP attention (every replica serves its share of the sequences).
+  bool driver_only_attention = false;
+  // Prefill tokens per attention replica per step (vLLM's max_num_batched_tokens); 0 = all
+  // prompts of the batch in one step. TTFT is then the mean over the batch's requests:
+  // (steps + 1) / 2 prefill steps.
+  int64_t prefill_chunk = 0;
 };
 
 struct Strategy {

@@ -82,8 +82,11 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
   const int ta = s.attn_tp, t = s.moe_tp, e = s.moe_ep;
   const GroupShape attn_group = consecutive_group(ta, cl.devices_per_node);
   // Sequences and tokens of the busiest attention replica (whole sequences per replica).
-  const double seqs_a = ceil_div(static_cast<double>(in.seqs), s.attn_dp);
+  // Attention replicas that hold sequences: every DP replica, or the driver's group alone.
+  const double replicas = w.driver_only_attention ? 1.0 : static_cast<double>(s.attn_dp);
+  const double seqs_a = ceil_div(static_cast<double>(in.seqs), replicas);
   const double tok_a = seqs_a * static_cast<double>(in.new_tokens);
+  const double tok_sys = tok_a * replicas;  // tokens entering the MoE layers, whole cluster
   const double tok_total = static_cast<double>(in.seqs) * static_cast<double>(in.new_tokens);
   const double act = tok_a * h * ab;  // one replica's hidden states, bytes
 
@@ -128,24 +131,25 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
       const GroupShape ep_group = strided_group(e, t, cl);
       shared_div = t;
       shared_tok = tok_a;
+      const double group_rows = tok_sys * k / e;  // rows an EP rank's TP group receives (mean)
       if (e == 1) {
         rows = tok_a * k;
         router_tok = tok_a;
         add_comm(tp_group, Primitive::kAllReduce, act, 1);  // after attention
         add_comm(tp_group, Primitive::kAllReduce, act, 1);  // after the MoE block
       } else if (!s.fused) {
-        rows = tok_a * k * skew;
+        rows = group_rows * skew;
         router_tok = tok_a;
         add_comm(tp_group, Primitive::kAllReduce, act, 1);
         for (int i = 0; i < 2; ++i) add_comm(ep_group, Primitive::kAllToAll, tok_a * k * h * ab, skew);
         add_comm(tp_group, Primitive::kAllReduce, act, 1);
       } else {
-        rows = tok_a * k * skew;
+        rows = group_rows * skew;
         router_tok = tok_a / t;
         add_comm(tp_group, Primitive::kReduceScatter, act, 1);
         for (int i = 0; i < 2; ++i) add_comm(ep_group, Primitive::kAllToAll, tok_a / t * k * h * ab, skew);
-        add_comm(tp_group, Primitive::kAllGather, tok_a * k * h * ab * skew, 1);      // received rows
-        add_comm(tp_group, Primitive::kReduceScatter, tok_a * k * h * ab * skew, 1);  // expert partials
+        add_comm(tp_group, Primitive::kAllGather, group_rows * h * ab * skew, 1);      // received rows
+        add_comm(tp_group, Primitive::kReduceScatter, group_rows * h * ab * skew, 1);  // expert partials
         add_comm(tp_group, Primitive::kAllGather, act, 1);                            // x shard
         if (m.shared_inter > 0) {
           add_comm(tp_group, Primitive::kAllGather, act, 1);
@@ -156,7 +160,7 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
       // Pure EP over every device (moe_tp == 1); attention TP ta >= 1 slices its tokens.
       const GroupShape ep_group{e, std::min(e, cl.nodes)};
       const double slice = tok_a / ta;
-      rows = slice * k * skew;
+      rows = tok_sys * k / e * skew;
       router_tok = slice;
       shared_tok = slice;
       if (ta > 1) add_comm(attn_group, Primitive::kAllReduce, act, 1);
@@ -218,10 +222,11 @@ MemoryUse memory_use(const ModelShape& m, const HardwareProfile& hw, const Workl
   }
   weights += static_cast<double>(m.vocab) * h / ta * 2 * (m.tied_embeddings ? 1 : 2) + h * 2;
   u.weights = weights;
-  const double seqs_a = ceil_div(static_cast<double>(seqs), s.attn_dp);
+  const double replicas = w.driver_only_attention ? 1.0 : static_cast<double>(s.attn_dp);
+  const double seqs_a = ceil_div(static_cast<double>(seqs), replicas);
   const double kv = static_cast<double>(m.kv_values_sharded) / ta + static_cast<double>(m.kv_values_replicated);
   u.kv_cache = seqs_a * static_cast<double>(max_len) * static_cast<double>(m.layers) * kv * w.kv_bytes;
-  const double tok_a = ceil_div(static_cast<double>(prefill_tokens), s.attn_dp);
+  const double tok_a = ceil_div(static_cast<double>(prefill_tokens), replicas);
   const double k = static_cast<double>(m.top_k);
   const double inter_w = std::max(static_cast<double>(m.dense_inter) / ta, I / t);
   u.buffers = tok_a * h * ab * 8 + 4 * tok_a * k * h * ab + tok_a * std::max(k, 1.0) * 2 * inter_w * ab +
