@@ -1,0 +1,58 @@
+// `moe plan calibrate` under mpirun (4 ranks as 2 emulated nodes of 2, --quick): writes a
+// profile that `moe plan` loads, with positive fits; refuses to run without mpirun or
+// without two nodes, naming what is missing.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "contains_util.h"
+#include "safetensors_util.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+using moe::testing::CommandResult;
+using moe::testing::moe_binary;
+using moe::testing::run_command;
+using moe::testing::ScopedTempDir;
+using moe::testing::sh_quote;
+using nlohmann::json;
+
+std::string mpirun(int np) { return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " "; }
+
+TEST(PlanCalibrateMpirunTest, WritesAProfileMoePlanLoads) {
+  ScopedTempDir dir("plan_calibrate");
+  const std::string out = dir.path() + "/profile.json";
+  const CommandResult r = run_command(mpirun(4) + moe_binary() + " plan calibrate --quick --ranks-per-node 2 --comm-timeout 20 --out " +
+                                      sh_quote(out) + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "calibrate inter_node alltoall");
+  const json p = json::parse(moe::testing::read_file(out));
+  EXPECT_EQ(p["devices_per_node"], 2);
+  for (const char* tier : {"intra_node", "inter_node"}) {
+    for (const char* prim : {"allreduce", "reduce_scatter", "allgather", "alltoall", "p2p"}) {
+      EXPECT_GE(p["tiers"][tier][prim]["alpha"].get<double>(), 0.0) << tier << " " << prim;
+      EXPECT_GT(p["tiers"][tier][prim]["beta"].get<double>(), 0.0) << tier << " " << prim;
+    }
+  }
+  EXPECT_GT(p["device"]["peak_flops"]["bf16"].get<double>(), 1e6);
+  EXPECT_GT(p["device"]["memory_bandwidth"].get<double>(), 1e6);
+  const CommandResult plan = run_command(moe_binary() + " plan --model " +
+                                         sh_quote(moe::testing::tiny_model_dir()) + " --profile " + sh_quote(out) +
+                                         " --nodes 2 --batch 4 --input-len 16 --output-len 8 2>&1");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_CONTAINS(plan.output, "MoE EP4");
+}
+
+TEST(PlanCalibrateMpirunTest, NeedsMpirunAndTwoNodes) {
+  CommandResult r = run_command(moe_binary() + " plan calibrate --quick 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "runs under mpirun");
+  r = run_command(mpirun(2) + moe_binary() + " plan calibrate --quick --ranks-per-node 2 --comm-timeout 10 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "inter_node tier: needs >= 2 nodes");
+}
+
+}  // namespace
+}  // namespace moe
