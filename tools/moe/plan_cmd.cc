@@ -128,6 +128,8 @@ int run_plan(const PlanFlags& flags) {
                           {"input_len", f.work.input_len},
                           {"output_len", f.work.output_len},
                           {"a2a_skew", f.work.a2a_skew},
+                          {"activation_bytes", f.work.activation_bytes},
+                          {"kv_bytes", f.work.kv_bytes},
                           {"overlap_compute", f.work.overlap_compute},
                           {"expert_replicas", f.work.expert_replicas},
                           {"driver_only_attention", f.work.driver_only_attention},
@@ -159,6 +161,11 @@ RunFn add_plan_command(CLI::App& app) {
   app.add_option("--a2a-skew", f->work.a2a_skew, "Busiest rank's all-to-all load over the mean (>= 1)")
       ->capture_default_str();
   app.add_option("--expert-replicas", f->work.expert_replicas, "Redundant experts per device (memory)")
+      ->capture_default_str();
+  app.add_option("--activation-bytes", f->work.activation_bytes,
+                 "Bytes per activation element on the wire and in buffers (2 = bf16; this engine's default a2a is f32: 4)")
+      ->capture_default_str();
+  app.add_option("--kv-bytes", f->work.kv_bytes, "Bytes per KV-cache value (2 = bf16; this engine's cache: 4)")
       ->capture_default_str();
   app.add_flag("--overlap-compute", f->work.overlap_compute,
                "Two micro-batches overlap all communication with compute (DualPipe-like)");

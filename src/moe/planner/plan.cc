@@ -193,6 +193,8 @@ StatusOr<PlanResult> plan(const ModelConfig& model, const HardwareProfile& hw, c
   if (!(w.a2a_skew >= 1.0) || !std::isfinite(w.a2a_skew)) return invalid_argument("--a2a-skew must be >= 1");
   if (w.expert_replicas < 0) return invalid_argument("--expert-replicas must be >= 0");
   if (w.prefill_chunk < 0) return invalid_argument("--prefill-chunk must be >= 0");
+  if (w.activation_bytes < 1 || w.kv_bytes < 1) return invalid_argument("--activation-bytes and --kv-bytes must be >= 1");
+  if (w.micro_batches < 1) return invalid_argument("micro_batches must be >= 1");
   PlanResult out;
   out.objective = w.batch > 0 ? "throughput" : "latency";
   const int W = cl.world();
