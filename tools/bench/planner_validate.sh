@@ -33,7 +33,9 @@ strategies=("ep4 1 4 off 2" "hybrid-ar 2 2 off 2" "hybrid-fused 2 2 on 2" "tp4 4
 
 for model in "${models[@]}"; do
   echo "== $model (batch $BATCH, input $INPUT_LEN, output $OUTPUT_LEN, $THREADS thread(s)/rank)"
-  common=(--model "$model/config.json" --batch "$BATCH" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --driver-attention --json)
+  # The engine exchanges f32 activations and keeps an f32 KV cache by default.
+  common=(--model "$model/config.json" --batch "$BATCH" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --driver-attention
+          --activation-bytes 4 --kv-bytes 4 --prefill-chunk 512 --json)
   "$MOE" plan "${common[@]}" --profile "$out/profile.json" --nodes 2 --devices-per-node 2 > "$out/plan2.json"
   [ -f "$out/profile4.json" ] && "$MOE" plan "${common[@]}" --profile "$out/profile4.json" --nodes 1 --devices-per-node 4 > "$out/plan4.json" || echo '{"feasible": []}' > "$out/plan4.json"
   : > "$out/measured"

@@ -152,12 +152,16 @@ StrategyResult evaluate_strategy(const ModelConfig& model, const HardwareProfile
       r.decode = step_cost(m, hw, cl, w, s, {B, 1, decode1.ctx});
       const double tpot = r.decode.total_s / (1.0 - rho);
       const double ttft = prefill_s * md1_factor(rho);
-      const auto next = static_cast<int64_t>(std::ceil(w.request_rate * (ttft + static_cast<double>(O) * tpot)));
+      const double want = std::ceil(w.request_rate * (ttft + static_cast<double>(O) * tpot));
       r.ttft_s = ttft;
       r.tpot_s = tpot;
+      if (!(want <= static_cast<double>(int64_t{1} << 24)) || it == 199) {  // diverging (or NaN)
+        saturated = true;
+        break;
+      }
+      const int64_t next = std::max<int64_t>(1, static_cast<int64_t>(want));
       if (next == B) break;
-      if (next > (int64_t{1} << 24) || it == 199) saturated = true;
-      B = std::max<int64_t>(1, next);
+      B = next;
     }
     if (saturated) {
       r.feasible = false;
