@@ -45,6 +45,29 @@ TEST(PlanCalibrateMpirunTest, WritesAProfileMoePlanLoads) {
   EXPECT_CONTAINS(plan.output, "MoE EP4");
 }
 
+TEST(PlanCalibrateMpirunTest, FitsEfficienciesToAModel) {
+  ScopedTempDir dir("plan_calibrate_model");
+  const std::string out = dir.path() + "/profile.json";
+  const CommandResult r = run_command(mpirun(4) + moe_binary() + " plan calibrate --quick --ranks-per-node 2 --comm-timeout 30 --model " +
+                                      sh_quote(moe::testing::tiny_model_dir()) +
+                                      " --prompt-tokens 8 --gen-tokens 4 --out " + sh_quote(out) + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "calibrate efficiencies on");
+  const json p = json::parse(moe::testing::read_file(out));
+  for (const char* k : {"compute_efficiency", "memory_efficiency"}) {
+    const double e = p["device"][k].get<double>();
+    EXPECT_GE(e, 0.01) << k;
+    EXPECT_LE(e, 1.0) << k;
+  }
+  EXPECT_CONTAINS(p["provenance"].get<std::string>(), "efficiencies fitted to");
+  // A model that is not there: the error names the flag and the path.
+  const CommandResult bad = run_command(mpirun(4) + moe_binary() +
+                                        " plan calibrate --quick --ranks-per-node 2 --comm-timeout 30 --model /nonexistent/m --out " +
+                                        sh_quote(dir.path() + "/x.json") + " 2>&1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_CONTAINS(bad.output, "--model /nonexistent/m");
+}
+
 TEST(PlanCalibrateMpirunTest, NeedsMpirunAndTwoNodes) {
   CommandResult r = run_command(moe_binary() + " plan calibrate --quick 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;

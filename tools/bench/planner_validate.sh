@@ -2,7 +2,7 @@
 # Planner validation (issue 15): on 4 ranks as 2 emulated nodes of 2, measure the step time
 # of every strategy the engine runs (--tp K --ep M, fused on/off) with `moe bench batch`
 # under mpirun, and compare with `moe plan --json` predictions from a profile measured by
-# `moe plan calibrate` on this machine. Prints predicted, measured and error % per
+# `moe plan calibrate --model` on this machine (per model). Prints predicted, measured and error % per
 # strategy, and whether the planner's first choice is the measured best (or within 5%).
 #
 # Usage: tools/bench/planner_validate.sh [MODEL_DIR ...]
@@ -23,16 +23,19 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 MPI=(mpirun --oversubscribe -np 4)
 
-echo "calibrating (4 ranks, 2 emulated nodes of 2)..." >&2
-"${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 2 --threads "$THREADS" --out "$out/profile.json" >&2
-# TP 4 needs one node of 4 (a TP group stays inside a node): its own profile.
-"${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 4 --threads "$THREADS" --out "$out/profile4.json" >&2 || true
-
 # strategies: name tp ep fused ranks_per_node
 strategies=("ep4 1 4 off 2" "hybrid-ar 2 2 off 2" "hybrid-fused 2 2 on 2" "tp4 4 1 off 4")
 
 for model in "${models[@]}"; do
   echo "== $model (batch $BATCH, input $INPUT_LEN, output $OUTPUT_LEN, $THREADS thread(s)/rank)"
+  # Links per tier and the device, with compute/memory efficiency fitted to this model's own
+  # prefill and decode (every rank at once, as under EP).
+  echo "calibrating (4 ranks, 2 emulated nodes of 2)..." >&2
+  "${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 2 --threads "$THREADS" --model "$model" \
+      --prompt-tokens "$INPUT_LEN" --gen-tokens 16 --out "$out/profile.json" >&2
+  # TP 4 needs one node of 4 (a TP group stays inside a node): its own profile.
+  "${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 4 --threads "$THREADS" --model "$model" \
+      --prompt-tokens "$INPUT_LEN" --gen-tokens 16 --out "$out/profile4.json" >&2 || rm -f "$out/profile4.json"
   # The engine exchanges f32 activations and keeps an f32 KV cache by default.
   common=(--model "$model/config.json" --batch "$BATCH" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --driver-attention
           --activation-bytes 4 --kv-bytes 4 --prefill-chunk 512 --json)

@@ -22,9 +22,12 @@
 #include "moe/comm/mpi_communicator.h"
 #include "moe/core/atomic_file.h"
 #include "moe/core/membw.h"
+#include "moe/engine.h"
+#include "moe/model/config.h"
 #include "moe/ops/linear.h"
 #include "moe/planner/calibration_fit.h"
 #include "moe/planner/hardware_profile.h"
+#include "moe/planner/plan.h"
 #include "moe/tensor/tensor.h"
 
 namespace moe::cli {
@@ -40,7 +43,56 @@ struct CalibrateFlags {
   double comm_timeout = 60;
   bool quick = false;       // fewer sizes and repeats (tests)
   int threads = 1;          // CPU threads per rank for the device probes (as the engine's --threads)
+  std::string model;        // fit the efficiencies to this model's prefill and decode ("" = probes only)
+  int prompt_tokens = 64, gen_tokens = 16;
 };
+
+// compute_efficiency and memory_efficiency from the engine itself: every rank (at once, as
+// under EP) runs a single-process prefill of prompt_tokens and gen_tokens decode steps of
+// `model`; the efficiencies are the planner's roofline prediction at 1.0 over the measured
+// times (prefill is compute-bound, decode memory-bound), clamped to [0.01, 1].
+Status fit_efficiencies(const CalibrateFlags& f, Communicator& world, planner::HardwareProfile* p) {
+  MOE_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(f.model));
+  EngineOptions eo{.model_dir = f.model, .num_threads = f.threads};
+  MOE_ASSIGN_OR_RETURN(auto engine, Engine::open(eo));
+  GenerateRequest req;
+  for (int i = 0; i < f.prompt_tokens; ++i) req.prompt_token_ids.push_back(3 + (i * 7919) % (config.vocab_size - 3));
+  req.max_tokens = f.gen_tokens;
+  req.sampling.temperature = 0;
+  req.ignore_eos = true;
+  MOE_RETURN_IF_ERROR(engine->generate(req).status());  // warm-up
+  MOE_RETURN_IF_ERROR(world.barrier());
+  MOE_ASSIGN_OR_RETURN(GenerateResult res, engine->generate(req));
+  double mine[2] = {res.prefill_seconds,
+                    res.decode_seconds / static_cast<double>(std::max<size_t>(1, res.output_token_ids.size() - 1))};
+  std::vector<double> all(2 * static_cast<size_t>(world.size()));
+  MOE_RETURN_IF_ERROR(world.allgather(mine, sizeof mine, all.data()));
+  double prefill = 0, decode = 0;  // the slowest rank's
+  for (int r = 0; r < world.size(); ++r) {
+    prefill = std::max(prefill, all[2 * static_cast<size_t>(r)]);
+    decode = std::max(decode, all[2 * static_cast<size_t>(r) + 1]);
+  }
+  planner::HardwareProfile ideal = *p;
+  ideal.device.compute_efficiency = ideal.device.memory_efficiency = 1.0;
+  planner::Workload w;
+  w.batch = 1;
+  w.input_len = f.prompt_tokens;
+  w.output_len = f.gen_tokens;
+  w.activation_bytes = 4;  // the engine's f32 activations and KV cache
+  w.kv_bytes = 4;
+  const planner::StrategyResult pred = planner::evaluate_strategy(config, ideal, {1, 1}, w, {1, 1, 1, 1, false});
+  auto clamp = [](double x) { return std::min(1.0, std::max(0.01, x)); };
+  p->device.compute_efficiency = clamp(pred.prefill.total_s / prefill);
+  p->device.memory_efficiency = clamp(pred.decode.total_s / decode);
+  if (world.rank() == 0) {
+    std::fprintf(stderr,
+                 "calibrate efficiencies on %s: prefill %.1f ms (roofline %.1f) -> compute %.2f; decode %.1f ms/token "
+                 "(roofline %.1f) -> memory %.2f\n",
+                 f.model.c_str(), prefill * 1e3, pred.prefill.total_s * 1e3, p->device.compute_efficiency, decode * 1e3,
+                 pred.decode.total_s * 1e3, p->device.memory_efficiency);
+  }
+  return ok_status();
+}
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -145,6 +197,7 @@ int run_calibrate(const CalibrateFlags& f) {
   if (!launched_under_mpi()) return fail("moe plan calibrate runs under mpirun (e.g. mpirun -np 4 moe plan calibrate --ranks-per-node 2)");
   if (f.max_bytes < (64 << 10)) return fail("--max-bytes must be >= 65536");
   if (f.threads < 1) return fail("--threads must be >= 1");
+  if (f.prompt_tokens < 1 || f.gen_tokens < 2) return fail("--prompt-tokens must be >= 1 and --gen-tokens >= 2");
   MpiOptions mo;
   mo.ranks_per_node = f.ranks_per_node;
   mo.timeout_seconds = f.comm_timeout;
@@ -191,11 +244,17 @@ int run_calibrate(const CalibrateFlags& f) {
   p.device.memory_bandwidth = min_bw;
   p.device.memory_capacity =
       static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / per_node;
+  if (!f.model.empty()) {
+    if (Status st = fit_efficiencies(f, world, &p); !st.ok()) return fail("--model " + f.model + ": " + st.message());
+  }
   p.provenance = "moe plan calibrate: " + std::to_string(world.size()) + " ranks, " + std::to_string(nodes) +
                  " nodes of " + std::to_string(per_node) + (f.ranks_per_node > 0 ? " (emulated)" : "") +
                  "; Communicator " + world.backend() + "; alpha/beta least-squares fits (relative error) over " +
                  (f.quick ? "64 KiB..1 MiB" : "4 KiB.." + std::to_string(f.max_bytes) + " B") +
-                 "; peak = measured bf16 GEMM (ops/linear), bandwidth = core/membw read probe, per rank";
+                 "; peak = measured bf16 GEMM (ops/linear), bandwidth = core/membw read probe, per rank" +
+                 (f.model.empty() ? std::string()
+                                  : "; efficiencies fitted to " + f.model + "'s prefill (" +
+                                        std::to_string(f.prompt_tokens) + " tokens) and decode, all ranks at once");
   if (root) {
     if (Status st = write_file_atomically(f.out, planner::hardware_profile_json(p)); !st.ok()) return fail(st.message());
     std::fprintf(stderr, "calibrate: GEMM %.1f GFLOP/s, memory %.1f GB/s per rank; wrote %s\n", min_flops / 1e9,
@@ -217,6 +276,10 @@ RunFn add_plan_calibrate_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--threads", f->threads, "CPU threads per rank for the GEMM and bandwidth probes")
       ->capture_default_str();
+  app.add_option("--model", f->model,
+                 "Also fit compute/memory efficiency to this model's single-process prefill and decode (every rank at once)");
+  app.add_option("--prompt-tokens", f->prompt_tokens, "Prompt tokens of that fit")->capture_default_str();
+  app.add_option("--gen-tokens", f->gen_tokens, "Decode steps of that fit")->capture_default_str();
   app.add_flag("--quick", f->quick, "Fewer sizes and repeats (a few seconds; for tests)");
   return [f]() { return run_calibrate(*f); };
 }
