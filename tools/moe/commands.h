@@ -32,6 +32,10 @@ RunFn add_placement_command(CLI::App& placement);
 RunFn add_stats_command(CLI::App& stats);
 // `ckpt convert|save|restore|verify|info|gc` (the per-expert checkpoint store).
 RunFn add_ckpt_command(CLI::App& ckpt);
+// `plan`: the strategy planner's ranked table (src/moe/planner); `plan calibrate`
+// (registered on `calibrate`) measures a hardware profile under mpirun.
+RunFn add_plan_command(CLI::App& plan);
+RunFn add_plan_calibrate_command(CLI::App& calibrate);
 // `info`: a model's architecture, parameter counts and KV-cache size from its config.json.
 RunFn add_info_command(CLI::App& info);
 

@@ -90,6 +90,12 @@ int main(int argc, char** argv) {
   auto run_ckpt = moe::cli::add_ckpt_command(*ckpt);
   auto* info = app.add_subcommand("info", "Model size: parameters (total, active), KV cache per token, from config.json");
   auto run_info = moe::cli::add_info_command(*info);
+  auto* plan = app.add_subcommand(
+      "plan", "Parallel strategy planner: ranked TP/EP/hybrid strategies with predicted TTFT, TPOT, memory");
+  auto run_plan = moe::cli::add_plan_command(*plan);
+  auto* plan_calibrate = plan->add_subcommand(
+      "calibrate", "Measure alpha/beta per collective and link tier, peak FLOP/s and bandwidth (under mpirun)");
+  auto run_plan_calibrate = moe::cli::add_plan_calibrate_command(*plan_calibrate);
 
   try {
     app.parse(argc, argv);
@@ -127,5 +133,7 @@ int main(int argc, char** argv) {
   if (stats->parsed()) return run_stats();
   if (ckpt->parsed()) return run_ckpt();
   if (info->parsed()) return run_info();
+  if (plan_calibrate->parsed()) return run_plan_calibrate();
+  if (plan->parsed()) return run_plan();
   return 2;
 }

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Planner validation (issue 15): on 4 ranks as 2 emulated nodes of 2, measure the step time
+# of every strategy the engine runs (--tp K --ep M, fused on/off) with `moe bench batch`
+# under mpirun, and compare with `moe plan --json` predictions from a profile measured by
+# `moe plan calibrate --model` on this machine (per model). Prints predicted, measured and error % per
+# strategy, and whether the planner's first choice is the measured best (or within 5%).
+#
+# Usage: tools/bench/planner_validate.sh [MODEL_DIR ...]
+#   default models: /work/models/bench-mixtral-579m /work/models/bench-deepseek-v3-500m
+#   env: MOE (binary, default ./build/moe), BATCH (8), INPUT_LEN (64), OUTPUT_LEN (32),
+#        THREADS (1 per rank), ROUNDS (2: interleaved repeats, median taken)
+# The measured figure is `bench batch`'s wall time for BATCH requests divided by
+# OUTPUT_LEN (ms per output step, prefill included); the prediction is the same quantity,
+# (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN, with --driver-attention (attention runs on the
+# driver's TP group, as the engine does).
+set -euo pipefail
+MOE=${MOE:-./build/moe}
+BATCH=${BATCH:-8} INPUT_LEN=${INPUT_LEN:-64} OUTPUT_LEN=${OUTPUT_LEN:-32} THREADS=${THREADS:-1} ROUNDS=${ROUNDS:-2}
+models=("$@")
+[ ${#models[@]} -eq 0 ] && models=(/work/models/bench-mixtral-579m /work/models/bench-deepseek-v3-500m)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+MPI=(mpirun --oversubscribe -np 4)
+
+# strategies: name tp ep fused ranks_per_node
+strategies=("ep4 1 4 off 2" "hybrid-ar 2 2 off 2" "hybrid-fused 2 2 on 2" "tp4 4 1 off 4")
+
+for model in "${models[@]}"; do
+  echo "== $model (batch $BATCH, input $INPUT_LEN, output $OUTPUT_LEN, $THREADS thread(s)/rank)"
+  # Links per tier and the device, with compute/memory efficiency fitted to this model's own
+  # prefill and decode (every rank at once, as under EP).
+  echo "calibrating (4 ranks, 2 emulated nodes of 2)..." >&2
+  "${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 2 --threads "$THREADS" --model "$model" \
+      --prompt-tokens "$INPUT_LEN" --gen-tokens 16 --out "$out/profile.json" >&2
+  # TP 4 needs one node of 4 (a TP group stays inside a node): its own profile.
+  "${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 4 --threads "$THREADS" --model "$model" \
+      --prompt-tokens "$INPUT_LEN" --gen-tokens 16 --out "$out/profile4.json" >&2 || rm -f "$out/profile4.json"
+  # The engine exchanges f32 activations and keeps an f32 KV cache by default.
+  common=(--model "$model/config.json" --batch "$BATCH" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --driver-attention
+          --activation-bytes 4 --kv-bytes 4 --prefill-chunk 512 --json)
+  "$MOE" plan "${common[@]}" --profile "$out/profile.json" --nodes 2 --devices-per-node 2 > "$out/plan2.json"
+  [ -f "$out/profile4.json" ] && "$MOE" plan "${common[@]}" --profile "$out/profile4.json" --nodes 1 --devices-per-node 4 > "$out/plan4.json" || echo '{"feasible": []}' > "$out/plan4.json"
+  : > "$out/measured"
+  for ((round = 1; round <= ROUNDS; round++)); do
+    for s in "${strategies[@]}"; do
+      read -r name tp ep fused rpn <<< "$s"
+      secs=$("${MPI[@]}" "$MOE" bench batch --model "$model" --batch "$BATCH" --prompt-tokens "$INPUT_LEN" \
+               --gen-tokens "$OUTPUT_LEN" --threads "$THREADS" --tp "$tp" --ep "$ep" --fused-moe "$fused" \
+               --ranks-per-node "$rpn" 2> "$out/err.$name" | awk -v n="$BATCH" '$1 == n && NF >= 5 {print $2}' | tail -1) || true
+      [ -n "$secs" ] && echo "$name $tp $ep $fused $secs" >> "$out/measured" || echo "  $name: run failed: $(tail -1 "$out/err.$name")" >&2
+    done
+  done
+  python3 - "$out" "$OUTPUT_LEN" <<'PY'
+import json, statistics, sys
+d, O = sys.argv[1], int(sys.argv[2])
+plans = {2: json.load(open(f"{d}/plan2.json")), 4: json.load(open(f"{d}/plan4.json"))}
+def predicted(tp, ep, fused):
+    plan = plans[4] if ep == 1 else plans[2]
+    for r in plan["feasible"]:
+        s = r["strategy"]
+        if s["moe_tp"] == tp and s["moe_ep"] == ep and s["fused"] == fused and (tp == 1 or s["attention_tp"] == tp):
+            if tp == 1 and s["attention_tp"] != 1:
+                continue
+            return (r["ttft_ms"] + O * r["tpot_ms"]) / O, plan["feasible"].index(r) + 1
+    return None, None
+meas = {}
+for line in open(f"{d}/measured"):
+    name, tp, ep, fused, secs = line.split()
+    meas.setdefault((name, int(tp), int(ep), fused == "on"), []).append(float(secs) * 1e3 / O)
+rows = []
+print(f"{'strategy':<14} {'pred ms/step':>12} {'meas ms/step':>12} {'error %':>8} {'plan rank':>9}")
+for (name, tp, ep, fused), v in meas.items():
+    m = statistics.median(v)
+    p, rank = predicted(tp, ep, fused)
+    err = (p - m) / m * 100 if p else float("nan")
+    rows.append((name, p, m, err, rank))
+    print(f"{name:<14} {p if p else float('nan'):>12.2f} {m:>12.2f} {err:>8.1f} {rank if rank else '-':>9}")
+if rows:
+    best = min(rows, key=lambda r: r[2])
+    cands = [r for r in rows if r[1]]
+    choice = min(cands, key=lambda r: r[1]) if cands else None
+    within = choice and choice[2] <= best[2] * 1.05
+    print(f"measured best: {best[0]} ({best[2]:.2f} ms); planner's choice among these: "
+          f"{choice[0] if choice else '-'} ({choice[2]:.2f} ms measured) -> {'OK' if within else 'NOT within 5%'}")
+    worst = max((abs(r[3]) for r in rows if r[1]), default=float("nan"))
+    print(f"max |error| {worst:.1f}% ({'within' if worst <= 15 else 'outside'} the 15% target)")
+PY
+done
