@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Planner validation (issue 15): on 4 ranks as 2 emulated nodes of 2, measure the step time
-# of every strategy the engine runs (--tp K --ep M, fused on/off) with `moe bench batch`
-# under mpirun, and compare with `moe plan --json` predictions from a profile measured by
+# of every strategy the engine runs (--tp K --ep M, fused on/off) with `moe generate`
+# (one request: TTFT from its prompt rate, TPOT from its decode rate) under mpirun, and compare with `moe plan --json` predictions from a profile measured by
 # `moe plan calibrate --model` on this machine (per model). Prints predicted, measured and error % per
 # strategy, and whether the planner's first choice is the measured best (or within 5%).
 #
@@ -9,19 +9,21 @@
 #   default models: /work/models/bench-mixtral-579m /work/models/bench-deepseek-v3-500m
 #   env: MOE (binary, default ./build/moe), BATCH (8), INPUT_LEN (64), OUTPUT_LEN (32),
 #        THREADS (1 per rank), ROUNDS (2: interleaved repeats, median taken)
-# The measured figure is `bench batch`'s wall time for BATCH requests divided by
-# OUTPUT_LEN (ms per output step, prefill included); the prediction is the same quantity,
+# The measured figure is (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN of one generate (ms per
+# output step, prefill included); the prediction is the same quantity,
 # (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN, with --driver-attention (attention runs on the
 # driver's TP group, as the engine does).
 set -euo pipefail
 MOE=${MOE:-./build/moe}
-BATCH=${BATCH:-8} INPUT_LEN=${INPUT_LEN:-64} OUTPUT_LEN=${OUTPUT_LEN:-32} THREADS=${THREADS:-1} ROUNDS=${ROUNDS:-2}
+BATCH=${BATCH:-1} INPUT_LEN=${INPUT_LEN:-64} OUTPUT_LEN=${OUTPUT_LEN:-32} THREADS=${THREADS:-1} ROUNDS=${ROUNDS:-2}
 models=("$@")
 [ ${#models[@]} -eq 0 ] && models=(/work/models/bench-mixtral-579m /work/models/bench-deepseek-v3-500m)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 MPI=(mpirun --oversubscribe -np 4)
+# About INPUT_LEN tokens of prompt for the bench models' tokenizer (one word, one token or two).
+PROMPT=$(for ((i = 0; i < INPUT_LEN / 2; i++)); do printf "the king "; done)
 
 # strategies: name tp ep fused ranks_per_node
 strategies=("ep4 1 4 off 2" "hybrid-ar 2 2 off 2" "hybrid-fused 2 2 on 2" "tp4 4 1 off 4")
@@ -45,10 +47,13 @@ for model in "${models[@]}"; do
   for ((round = 1; round <= ROUNDS; round++)); do
     for s in "${strategies[@]}"; do
       read -r name tp ep fused rpn <<< "$s"
-      secs=$("${MPI[@]}" "$MOE" bench batch --model "$model" --batch "$BATCH" --prompt-tokens "$INPUT_LEN" \
-               --gen-tokens "$OUTPUT_LEN" --threads "$THREADS" --tp "$tp" --ep "$ep" --fused-moe "$fused" \
-               --ranks-per-node "$rpn" 2> "$out/err.$name" | awk -v n="$BATCH" '$1 == n && NF >= 5 {print $2}' | tail -1) || true
-      [ -n "$secs" ] && echo "$name $tp $ep $fused $secs" >> "$out/measured" || echo "  $name: run failed: $(tail -1 "$out/err.$name")" >&2
+      # One request: TTFT from the prompt rate, TPOT from the decode rate (generate's summary).
+      line=$("${MPI[@]}" "$MOE" generate --model "$model" --prompt "$PROMPT" --max-tokens "$OUTPUT_LEN" \
+               --temperature 0 --threads "$THREADS" --tp "$tp" --ep "$ep" --fused-moe "$fused" \
+               --ranks-per-node "$rpn" 2>&1 >/dev/null | grep '^\[prompt ' | tail -1) || true
+      # "[prompt N tokens, X tok/s | generated M tokens, Y tok/s | ...]" -> seconds for OUTPUT_LEN steps
+      secs=$(echo "$line" | awk -v o="$OUTPUT_LEN" '{gsub(/[\[,|]/, " "); print $2 / $4 + o / $9}')
+      [ -n "$line" ] && echo "$name $tp $ep $fused $secs" >> "$out/measured" || echo "  $name: run failed" >&2
     done
   done
   python3 - "$out" "$OUTPUT_LEN" <<'PY'
