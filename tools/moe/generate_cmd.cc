@@ -135,9 +135,13 @@ int run_generate(const GenerateFlags& f) {
                  r.finish_reason.c_str());
     if (expert_parallel) {
       const Engine::EpStats ep = engine->ep_stats();
-      std::fprintf(stderr, "[expert parallel: %d ranks, %lld MoE exchanges, %.1f MB sent by rank 0, "
+      const int tp = std::max(f.engine.launch.tp, 1);
+      const std::string layout = tp > 1 ? "tensor x expert parallel: tp " + std::to_string(tp) + " x ep " +
+                                              std::to_string(num_ranks / tp) + " = " + std::to_string(num_ranks)
+                                        : "expert parallel: " + std::to_string(num_ranks);
+      std::fprintf(stderr, "[%s ranks, %lld MoE exchanges, %.1f MB sent by rank 0, "
                    "comm wait %.1f ms, expert compute %.1f ms]\n",
-                   num_ranks, static_cast<long long>(ep.calls), ep.bytes_sent / 1e6, ep.comm_wait_seconds * 1e3,
+                   layout.c_str(), static_cast<long long>(ep.calls), ep.bytes_sent / 1e6, ep.comm_wait_seconds * 1e3,
                    ep.compute_seconds * 1e3);
 
     }
