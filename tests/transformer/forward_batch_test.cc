@@ -9,29 +9,19 @@
 #include "moe/transformer/decoder.h"
 #include "moe/model/hf_checkpoint.h"
 #include "test_util.h"
+#include "transformer/loaded_model.h"
 
 namespace moe {
 namespace {
 
-struct Model {
-  ModelConfig config;
-  HfCheckpoint ckpt;
-  ModelWeights weights;
-};
-
-std::unique_ptr<Model> load(const std::string& dir) {
-  auto m = std::make_unique<Model>();
-  m->config = load_model_config(dir).value();
-  m->ckpt = HfCheckpoint::open(dir).value();
-  m->weights = bind_weights(m->config, m->ckpt, {}).value();
-  return m;
-}
+using Model = moe::testing::LoadedModel;
+using moe::testing::load_model;
 
 // Max |a - b| over the logits of every sequence's last prompt token and of one decode
 // step, batched vs alone, relative to the alone logits' range.
 double batched_vs_alone(const std::string& dir, bool batch_invariant) {
   const DecoderOptions options{nullptr, KernelOptions{batch_invariant}};
-  auto model = load(dir);
+  auto model = load_model(dir);
   const ModelConfig& c = model->config;
   const int V = c.vocab_size;
   const std::vector<int64_t> lengths = {7, 20, 33};
@@ -107,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ForwardBatch,
 // forward_batch beyond the workspaces sized by reserve() is refused, naming the limit,
 // before anything runs.
 TEST(ForwardBatchLimits, MoreTokensOrSegmentsThanReservedIsInvalidArgument) {
-  auto model = load(testing::source_dir() + "/models/tiny-mixtral-shakespeare");
+  auto model = load_model(testing::source_dir() + "/models/tiny-mixtral-shakespeare");
   const ModelConfig& c = model->config;
   Decoder dec(c, model->weights);
   dec.reserve(8, 2);

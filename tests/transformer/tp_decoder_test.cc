@@ -18,23 +18,13 @@
 #include "moe/model/tp_shard.h"
 #include "moe/transformer/decoder.h"
 #include "test_util.h"
+#include "transformer/loaded_model.h"
 
 namespace moe {
 namespace {
 
-struct Model {
-  ModelConfig config;
-  HfCheckpoint ckpt;
-  ModelWeights weights;
-};
-
-std::unique_ptr<Model> load(const std::string& dir) {
-  auto m = std::make_unique<Model>();
-  m->config = load_model_config(dir).value();
-  m->ckpt = HfCheckpoint::open(dir).value();
-  m->weights = bind_weights(m->config, m->ckpt).value();
-  return m;
-}
+using Model = moe::testing::LoadedModel;
+using moe::testing::load_model;
 
 // What the driver saw: every logits row it asked for, and its greedy tokens.
 struct Run {
@@ -171,7 +161,7 @@ double worst_relative(const Run& want, const Run& got) {
 }
 
 void expect_tp_matches(const std::string& dir, const std::vector<int>& tps) {
-  auto model = load(dir);
+  auto model = load_model(dir);
   const Run want = reference(*model);
   for (int tp : tps) {
     SCOPED_TRACE(dir + " --tp " + std::to_string(tp));
@@ -256,7 +246,7 @@ Run hybrid_run(const Model& model, int tp, int ep, HybridMode mode) {
 }
 
 void expect_hybrid_matches(const std::string& dir) {
-  auto model = load(dir);
+  auto model = load_model(dir);
   const Run want = reference(*model);
   for (const HybridMode mode : {HybridMode{false, false}, HybridMode{true, false}, HybridMode{true, true}}) {
     SCOPED_TRACE(std::string("fused ") + (mode.fused ? "on" : "off") + ", overlap " + (mode.overlap ? "on" : "off"));
@@ -277,7 +267,7 @@ TEST(TpDecoderHybrid, DeepseekV3Tp2Ep2FusedAndNot) {
 // --- errors ---
 
 TEST(TpDecoderErrors, TpFollowOnTheDriverOrWithoutTpIsFailedPrecondition) {
-  auto model = load(testing::tiny_model_dir());
+  auto model = load_model(testing::tiny_model_dir());
   Decoder plain(model->config, model->weights);
   EXPECT_EQ(plain.tp_follow({}).code(), StatusCode::kFailedPrecondition);
   InProcessGroup group(2, 0, /*timeout_seconds=*/1.0);
@@ -317,7 +307,7 @@ struct BadBatch {
 };
 
 TEST(TpDecoderErrors, MalformedBroadcastIsRefused) {
-  auto model = load(testing::tiny_model_dir());
+  auto model = load_model(testing::tiny_model_dir());
   const ModelConfig local = tp_local_config(model->config, 2);
   const std::vector<BadBatch> cases = {
       {{7, 0, 0, 0, 0, 0}, {}, false, "malformed batch header"},
@@ -361,7 +351,7 @@ TEST(TpDecoderErrors, MalformedBroadcastIsRefused) {
 }
 
 TEST(TpDecoderErrors, FollowerWithoutAPagedCacheIsFailedPrecondition) {
-  auto model = load(testing::tiny_model_dir());
+  auto model = load_model(testing::tiny_model_dir());
   const ModelConfig local = tp_local_config(model->config, 2);
   InProcessGroup group(2, 0, 5.0);
   Status follower_status;
