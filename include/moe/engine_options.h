@@ -51,8 +51,8 @@ struct EngineOptions {
   // Node-limited routing (DeepSeek-V3): each token's top-k restricted to experts on
   // at most this many nodes, chosen by their summed affinities; 0 = off.
   int max_nodes_per_token = 0;
-  // Expert capacity (GShard / Switch Transformer): "dropless" (no capacity), "drop" or
-  // "reroute" (src/moe/moe/capacity.h). With drop/reroute each expert takes at most
+  // Expert capacity (GShard / Switch Transformer): "dropless" (no capacity), "drop",
+  // "reroute" or "adaptive_requeue" (src/moe/moe/capacity.h). With drop/reroute each expert takes at most
   // ceil(tokens * top_k * capacity_factor / num_experts) assignments per step, tokens
   // counted over all EP ranks. capacity_factor must be > 0.
   // Empty overflow_policy (the default): "drop" when capacity_factor is set, else
@@ -60,6 +60,19 @@ struct EngineOptions {
   // A capacity_factor with overflow_policy "dropless" is refused (InvalidArgument).
   std::string overflow_policy{};
   std::optional<double> capacity_factor{};  // unset: 1.0 (resolved_capacity_factor())
+  // Adaptive top-k (issue 16; the exact rule is in src/moe/moe/adaptive_k.h): every
+  // token uses at most max_k experts, and when an expert's step load (over all EP ranks)
+  // exceeds the load target ceil(tokens * max_k * F / experts), it sheds its assignments
+  // in slots >= min_k with the smallest weight shares, so no token falls below min_k;
+  // the kept weights are renormalised when the router normalises its top-k. F =
+  // adaptive_k_target, else capacity_factor, else 1.0. Works with every overflow
+  // policy (which then runs on the reduced routing). Engine::open refuses (InvalidArgument
+  // naming min_k / max_k) min_k < 1, min_k > max_k, max_k > the model's experts per
+  // token, a target <= 0, and min_k / max_k / adaptive_k_target without adaptive_k.
+  bool adaptive_k = false;
+  int min_k = 0;  // 0 = 1
+  int max_k = 0;  // 0 = the model's experts per token
+  std::optional<double> adaptive_k_target{};
   // Decay of the per-step exponential moving average in the expert-load statistics.
   double stats_ema_decay = 0.9;
   // Expert placement under EP (src/moe/placement/): a static plan file (`moe placement
@@ -118,5 +131,10 @@ inline std::string resolved_overflow_policy(const EngineOptions& options) {
 
 // The capacity factor Engine::open applies: options.capacity_factor, or 1.0 when unset.
 inline double resolved_capacity_factor(const EngineOptions& options) { return options.capacity_factor.value_or(1.0); }
+
+// Adaptive k's load-target factor: adaptive_k_target, else the capacity factor (1.0 unset).
+inline double resolved_adaptive_k_target(const EngineOptions& options) {
+  return options.adaptive_k_target.value_or(resolved_capacity_factor(options));
+}
 
 }  // namespace moe

@@ -20,6 +20,8 @@ RunFn add_bench_moe_layer_command(CLI::App& bench);
 // `bench hybrid`: fused RS->A2A->AG vs AR then A2A for the hybrid TP x EP MoE block (mpirun).
 RunFn add_bench_hybrid_command(CLI::App& bench);
 RunFn add_bench_capacity_command(CLI::App& bench);
+// `bench perplexity`: held-out NLL through the engine with any engine flags (adaptive k).
+RunFn add_bench_perplexity_command(CLI::App& bench);
 RunFn add_bench_serve_command(CLI::App& bench);
 RunFn add_bench_ckpt_command(CLI::App& bench);
 RunFn add_bench_chaos_command(CLI::App& bench);

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <thread>
+#include <tuple>
 
 #include "commands.h"
 #include "moe/comm/mpi_communicator.h"
@@ -68,9 +69,22 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                                       "Expert capacity: ceil(tokens * top_k * F / experts) per expert and step "
                                       "(implies --overflow-policy drop unless given)");
   app.add_option("--overflow-policy", f->options.overflow_policy,
-                 "What happens past capacity: dropless (no capacity; default), drop, or reroute "
-                 "(to the token's next-best expert with room)")
-      ->check(CLI::IsMember({"dropless", "drop", "reroute"}));
+                 "What happens past capacity: dropless (no capacity; default), drop, reroute "
+                 "(to the token's next-best expert with room), or adaptive_requeue (a second round on the same "
+                 "expert within the room other experts left unused)")
+      ->check(CLI::IsMember({"dropless", "drop", "reroute", "adaptive_requeue"}));
+  // Adaptive top-k (issue 16; src/moe/moe/adaptive_k.h has the exact rule).
+  app.add_flag("--adaptive-k", f->options.adaptive_k,
+               "Adaptive top-k: when an expert's step load exceeds the target (--adaptive-k-target), tokens "
+               "drop their lower-ranked experts with the smallest weights, never below --min-k");
+  f->min_k_option = app.add_option("--min-k", f->options.min_k,
+                                   "--adaptive-k: experts per token never shed (default 1)");
+  f->max_k_option = app.add_option("--max-k", f->options.max_k,
+                                   "--adaptive-k: experts per token at most (default: the model's top-k)");
+  f->adaptive_k_target_option =
+      app.add_option("--adaptive-k-target", f->adaptive_k_target,
+                     "--adaptive-k: load target F, ceil(tokens * max_k * F / experts) assignments per expert and "
+                     "step (default: --capacity-factor, else 1.0)");
   app.add_option("--stats-ema-decay", f->options.stats_ema_decay, "Decay of the per-step load EMA in the load statistics")
       ->capture_default_str();
   app.add_option("--placement", f->options.placement_file,
@@ -166,6 +180,21 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (o.overflow_policy == "dropless" && f.capacity_given()) {
     return "--capacity-factor has no effect with --overflow-policy dropless; use drop or reroute";
   }
+  // Adaptive top-k (issue 16): bounds against each other here, max_k against the model at open.
+  for (const auto& [name, opt, v] : {std::tuple{"--min-k", f.min_k_option, o.min_k},
+                                     std::tuple{"--max-k", f.max_k_option, o.max_k}}) {
+    if (f.given(opt) && !o.adaptive_k) return std::string(name) + " applies to --adaptive-k";
+    if (f.given(opt) && v < 1) return std::string(name) + " must be >= 1 (got " + std::to_string(v) + ")";
+  }
+  if (f.given(f.min_k_option) && f.given(f.max_k_option) && o.min_k > o.max_k) {
+    return "--min-k " + std::to_string(o.min_k) + " exceeds --max-k " + std::to_string(o.max_k);
+  }
+  if (f.given(f.adaptive_k_target_option)) {
+    if (!o.adaptive_k) return "--adaptive-k-target applies to --adaptive-k";
+    if (!(f.adaptive_k_target > 0 && std::isfinite(f.adaptive_k_target))) {
+      return "--adaptive-k-target must be a positive number (got " + format_g(f.adaptive_k_target) + ")";
+    }
+  }
   if (o.rebalance_every < 0) return "--rebalance-every must be >= 0 (got " + std::to_string(o.rebalance_every) + ")";
   if (o.slots_per_rank < 0) return "--slots-per-rank must be >= 0 (got " + std::to_string(o.slots_per_rank) + ")";
   if (o.replica_cap < 1) return "--replica-cap must be >= 1 (got " + std::to_string(o.replica_cap) + ")";
@@ -225,6 +254,7 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   options.fused_moe = f.fused_moe == "on";
   // Given alone, a capacity factor means --overflow-policy drop (resolved by the engine).
   if (f.capacity_given()) options.capacity_factor = f.capacity_factor;
+  if (f.given(f.adaptive_k_target_option)) options.adaptive_k_target = f.adaptive_k_target;  // adaptive top-k
   EpLaunchOptions launch = f.launch;
   launch.command = command;
   if (launch.tp > 1 && !f.ep_given()) launch.ep = 0;  // the EP size follows from mpirun's ranks

@@ -28,6 +28,12 @@ struct EngineFlags {
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
   const CLI::Option* gloo_host_option = nullptr;  // --gloo-host
   const CLI::Option* failover_wait_option = nullptr;  // --failover-wait
+  // Adaptive top-k (issue 16): --min-k / --max-k land in options; given-ness for the checks.
+  double adaptive_k_target = 1.0;  // -> options.adaptive_k_target when --adaptive-k-target is given
+  const CLI::Option* min_k_option = nullptr;
+  const CLI::Option* max_k_option = nullptr;
+  const CLI::Option* adaptive_k_target_option = nullptr;
+  bool given(const CLI::Option* o) const { return o != nullptr && o->count() > 0; }
   bool ep_given() const { return ep_option != nullptr && ep_option->count() > 0; }
   // The world size the flags ask for: --tp x --ep (--ep alone without --tp).
   int world_size() const { return launch.tp * launch.ep; }

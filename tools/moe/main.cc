@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
   auto* bench_capacity =
       bench->add_subcommand("capacity", "Dropped fraction vs capacity factor on real routing counts (drop study)");
   auto run_bench_capacity = moe::cli::add_bench_capacity_command(*bench_capacity);
+  auto* bench_perplexity = bench->add_subcommand(
+      "perplexity", "Held-out NLL / perplexity through the engine, under any engine flags (e.g. --adaptive-k)");
+  auto run_bench_perplexity = moe::cli::add_bench_perplexity_command(*bench_perplexity);
   auto* bench_serve = bench->add_subcommand(
       "serve", "Serving benchmark of an OpenAI-compatible server (TTFT, TPOT, ITL, throughput; as vLLM's)");
   auto run_bench_serve = moe::cli::add_bench_serve_command(*bench_serve);
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   if (bench_moe_layer->parsed()) return run_bench_moe_layer();
   if (bench_hybrid->parsed()) return run_bench_hybrid();
   if (bench_capacity->parsed()) return run_bench_capacity();
+  if (bench_perplexity->parsed()) return run_bench_perplexity();
   if (bench_serve->parsed()) return run_bench_serve();
   if (bench_ckpt->parsed()) return run_bench_ckpt();
   if (bench_chaos->parsed()) return run_bench_chaos();

@@ -251,6 +251,14 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   }
   impl->capacity.capacity_factor = resolved_capacity_factor(options);
   MOE_RETURN_IF_ERROR(validate_capacity_options(impl->capacity));
+  // Adaptive top-k (issue 16): a bound given without it would be silently ignored.
+  if (!options.adaptive_k && (options.min_k != 0 || options.max_k != 0 || options.adaptive_k_target.has_value())) {
+    return invalid_argument(std::string(options.min_k != 0 ? "min_k" : options.max_k != 0 ? "max_k" : "adaptive_k_target") +
+                            " is set but adaptive_k is off: enable adaptive_k or leave it unset");
+  }
+  impl->capacity.adaptive = {options.adaptive_k, options.min_k == 0 ? 1 : options.min_k, options.max_k,
+                             resolved_adaptive_k_target(options), impl->config.router.norm_topk_prob};
+  MOE_RETURN_IF_ERROR(validate_adaptive_k(impl->capacity.adaptive, impl->config.router.top_k));
   std::vector<int> moe_layers;
   for (int l = 0; l < impl->config.num_hidden_layers; ++l) {
     if (impl->config.is_moe_layer(l)) moe_layers.push_back(l);
@@ -408,6 +416,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {
     stats->record_step(layer, counts.tokens_per_expert.data(), counts.dropped, counts.rerouted, counts.degraded_tokens,
                        counts.degraded_per_expert.empty() ? nullptr : counts.degraded_per_expert.data());
+    stats->record_adaptive(layer, counts.adaptive_tokens, counts.adaptive_dropped, counts.requeued);
   });
   if (impl->comm != nullptr && !impl->tensor_parallel()) {
     RebalanceInputs in{.comm = impl->comm,

@@ -11,7 +11,9 @@ StatusOr<OverflowPolicy> parse_overflow_policy(const std::string& name) {
   if (name == "dropless") return OverflowPolicy::kDropless;
   if (name == "drop") return OverflowPolicy::kDrop;
   if (name == "reroute") return OverflowPolicy::kReroute;
-  return invalid_argument("unknown overflow policy '" + name + "' (expected dropless, drop or reroute)");
+  if (name == "adaptive_requeue") return OverflowPolicy::kAdaptiveRequeue;
+  return invalid_argument("unknown overflow policy '" + name +
+                          "' (expected dropless, drop, reroute or adaptive_requeue)");
 }
 
 const char* overflow_policy_name(OverflowPolicy policy) {
@@ -22,6 +24,8 @@ const char* overflow_policy_name(OverflowPolicy policy) {
       return "drop";
     case OverflowPolicy::kReroute:
       return "reroute";
+    case OverflowPolicy::kAdaptiveRequeue:
+      return "adaptive_requeue";
   }
   return "?";
 }
@@ -45,31 +49,42 @@ int64_t expert_capacity(int64_t global_tokens, int top_k, int num_experts, doubl
 
 namespace {
 
-// Every rank's block of int32 values, concatenated in rank order (an allgatherv);
-// counts[r] = the length of rank r's block.
-Status allgather_ints(Communicator* comm, const std::vector<int>& mine, std::vector<int>* all,
-                      std::vector<int64_t>* counts_out) {
-  if (comm == nullptr) {
-    *all = mine;
-    counts_out->assign(1, static_cast<int64_t>(mine.size()));
-    return ok_status();
-  }
-  const int R = comm->size();
-  const int64_t my_count = static_cast<int64_t>(mine.size());
-  std::vector<int64_t>& counts = *counts_out;
-  counts.assign(static_cast<size_t>(R), 0);
-  MOE_RETURN_IF_ERROR(comm->allgather(&my_count, sizeof(int64_t), counts.data()));
-  std::vector<size_t> send_bytes(static_cast<size_t>(R), mine.size() * sizeof(int)), recv_bytes(static_cast<size_t>(R));
-  int64_t total = 0;
+// kAdaptiveRequeue's second round (capacity.h). overflow: this rank's round-1 overflow
+// (flat slots t * top_k + j, in order); room: per expert, round-1 capacity left.
+Status requeue(Communicator* comm, int* topk_idx, float* topk_weights, const std::vector<int64_t>& overflow,
+               const std::vector<int64_t>& room, StepRoutingCounts* counts) {
+  const int R = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
+  int64_t budget = 0;
+  for (int64_t r : room) budget += r;
+  const int64_t cap = counts->capacity;
+  std::vector<int> mine;  // the overflowing experts, in order
+  mine.reserve(overflow.size());
+  for (int64_t i : overflow) mine.push_back(topk_idx[i]);
+  std::vector<int> entries;
+  std::vector<int64_t> sizes;
+  MOE_RETURN_IF_ERROR(allgather_ints(comm, mine, &entries, &sizes));
+  std::vector<int64_t> round2(room.size(), 0);
+  size_t pos = 0;
   for (int r = 0; r < R; ++r) {
-    recv_bytes[static_cast<size_t>(r)] = static_cast<size_t>(counts[static_cast<size_t>(r)]) * sizeof(int);
-    total += counts[static_cast<size_t>(r)];
+    for (int64_t n = 0; n < sizes[static_cast<size_t>(r)]; ++n, ++pos) {
+      const size_t e = static_cast<size_t>(entries[pos]);
+      const bool admit = budget > 0 && round2[e] < cap;
+      if (admit) {
+        --budget;
+        ++round2[e];
+        ++counts->tokens_per_expert[e];
+        ++counts->requeued;
+      } else {
+        ++counts->dropped;
+      }
+      if (r == me && !admit) {
+        const int64_t i = overflow[static_cast<size_t>(n)];
+        topk_idx[i] = kDroppedExpert;
+        topk_weights[i] = 0.0f;
+      }
+    }
   }
-  std::vector<int> send;
-  send.reserve(mine.size() * static_cast<size_t>(R));
-  for (int r = 0; r < R; ++r) send.insert(send.end(), mine.begin(), mine.end());
-  all->assign(static_cast<size_t>(total), 0);
-  return comm->alltoallv(send.data(), send_bytes, all->data(), recv_bytes);
+  return ok_status();
 }
 
 }  // namespace
@@ -84,6 +99,7 @@ Status apply_capacity(const CapacityOptions& options, Communicator* comm, int nu
   const int R = comm ? comm->size() : 1, me = comm ? comm->rank() : 0;
   const size_t E = static_cast<size_t>(num_experts);
   const int64_t n_assign = num_tokens * top_k;
+  cap_to_max_k(options.adaptive, routing);  // adaptive k, step 1 (local)
   // This rank's assignments per expert, its token count, its degraded tokens per
   // expert and its degraded tokens ([E + 1 + E + 1]); gathered from all ranks (always
   // the same size, so ranks agree on the exchange whatever their placements say).
@@ -106,11 +122,18 @@ Status apply_capacity(const CapacityOptions& options, Communicator* comm, int nu
   }
   std::vector<int64_t> total(E, 0), before(E, 0);
   counts->global_tokens = 0;
+  for (int r = 0; r < R; ++r) counts->global_tokens += all[static_cast<size_t>(r) * W + E];
+  // Adaptive k, steps 2-4: sheds assignments and lowers their ranks' rows of `all`.
+  AdaptiveKOutcome adaptive;
+  MOE_RETURN_IF_ERROR(shed_under_load(options.adaptive, comm, routing,
+                                      {&all, W, num_experts, counts->global_tokens}, &adaptive));
+  counts->adaptive_target = adaptive.target;
+  counts->adaptive_tokens = adaptive.tokens;
+  counts->adaptive_dropped = adaptive.assignments;
   counts->degraded_tokens = 0;
   counts->degraded_per_expert.assign(E, 0);
   for (int r = 0; r < R; ++r) {
     const int64_t* row = all.data() + static_cast<size_t>(r) * W;
-    counts->global_tokens += row[E];
     counts->degraded_tokens += row[W - 1];
     for (size_t e = 0; e < E; ++e) {
       total[e] += row[e];
@@ -120,10 +143,11 @@ Status apply_capacity(const CapacityOptions& options, Communicator* comm, int nu
   }
   counts->tokens_per_expert = total;
   counts->capacity = -1;
-  counts->dropped = counts->rerouted = 0;
+  counts->dropped = counts->rerouted = counts->requeued = 0;
   if (options.policy == OverflowPolicy::kDropless) return ok_status();
 
-  const int64_t cap = expert_capacity(counts->global_tokens, top_k, num_experts, options.capacity_factor);
+  const int k_eff = options.adaptive.enabled ? adaptive_max_k(options.adaptive, top_k) : top_k;
+  const int64_t cap = expert_capacity(counts->global_tokens, k_eff, num_experts, options.capacity_factor);
   counts->capacity = cap;
   // Phase 1: admit in global order; this rank's assignments start after `before`.
   std::vector<int64_t> seen = before;
@@ -146,6 +170,7 @@ Status apply_capacity(const CapacityOptions& options, Communicator* comm, int nu
     }
     return ok_status();
   }
+  if (options.policy == OverflowPolicy::kAdaptiveRequeue) return requeue(comm, topk_idx, topk_weights, overflow, room, counts);
 
   // Phase 2 (reroute): every rank's overflowing assignments with their candidate
   // experts, gathered so that every rank replays the same placement in global order.

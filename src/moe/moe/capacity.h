@@ -19,6 +19,22 @@
 //     not already hold) that still has room after every admitted assignment; it keeps
 //     its weight. Overflowing assignments are placed one by one in global token order,
 //     then slot order. With no expert left with room it is dropped.
+//   kAdaptiveRequeue (the seed's token_drop_policy "adaptive_requeue"): round 1 admits
+//     as kDrop. The overflowing assignments then get a second round within the same
+//     step, on their OWN expert (same expert, same weight: the token's output is the
+//     dropless one), in global token order then slot order, while (a) the step still
+//     has room: the round-1 capacity the other experts left unused,
+//     sum_e (capacity - admitted_e), taken one assignment at a time, and (b) the
+//     expert has taken fewer than `capacity` in round 2 (a second round of the same
+//     size). So the step's expert work stays within num_experts * capacity, as under
+//     kDrop, but a hot expert borrows the room of cold ones (under EP the work runs
+//     wherever the expert or the replica replica_choice picks lives: the bound is on
+//     the step's total, not per rank). What is left is dropped as under kDrop. The
+//     rounds decide admission only: admitted assignments run in one grouped pass.
+//
+// Adaptive top-k (adaptive_k.h; CapacityOptions::adaptive) runs first: cap to max_k,
+// then shed lower-ranked experts of overloaded experts; the policy then sees the
+// reduced routing and computes its capacity with max_k in place of top_k.
 #pragma once
 
 #include <cstdint>
@@ -26,19 +42,22 @@
 #include <vector>
 
 #include "moe/comm/communicator.h"
+#include "moe/moe/adaptive_k.h"
 #include "moe/moe/topk_routing.h"
 #include "moe/status.h"
 
 namespace moe {
 
-enum class OverflowPolicy { kDropless, kDrop, kReroute };
+enum class OverflowPolicy { kDropless, kDrop, kReroute, kAdaptiveRequeue };
 
 struct CapacityOptions {
   OverflowPolicy policy = OverflowPolicy::kDropless;
   double capacity_factor = 1.0;  // > 0; ignored by kDropless
+  AdaptiveKOptions adaptive{};   // off by default; validate_adaptive_k
 };
 
-// "dropless", "drop" or "reroute"; InvalidArgument naming the value otherwise.
+// "dropless", "drop", "reroute" or "adaptive_requeue"; InvalidArgument naming the value
+// otherwise.
 StatusOr<OverflowPolicy> parse_overflow_policy(const std::string& name);
 const char* overflow_policy_name(OverflowPolicy policy);
 // InvalidArgument unless capacity_factor is finite and > 0 (for drop/reroute).
@@ -55,6 +74,12 @@ struct StepRoutingCounts {
   int64_t capacity = -1;  // -1 when dropless
   int64_t dropped = 0;    // assignments skipped
   int64_t rerouted = 0;   // assignments moved to another expert
+  int64_t requeued = 0;   // kAdaptiveRequeue: assignments run in the second round
+  // Adaptive k: the load target (-1 when off), tokens that shed at least one expert
+  // under load, assignments shed (the max_k cap is not counted: it is static).
+  int64_t adaptive_target = -1;
+  int64_t adaptive_tokens = 0;
+  int64_t adaptive_dropped = 0;
   // Degraded mode (router.h): tokens whose all-alive top-k held a dead (lost) expert,
   // and per expert how many of them wanted it ([num_experts], 0 for live experts).
   int64_t degraded_tokens = 0;
@@ -67,7 +92,8 @@ struct StepRoutingCounts {
 // their sums over the group.
 //   routing: topk_idx, topk_weights [num_tokens, num_topk] (router output, best first),
 //            rewritten in place; routing.ranked [num_tokens, num_experts] (route_topk's
-//            selection order, -1 padded) is required for kReroute, else may be null
+//            selection order, -1 padded) is required for kReroute, else may be null.
+//            Adaptive k needs options.adaptive validated against routing.num_topk.
 //   comm:    the EP group (collective: every rank calls it, with its own tokens, possibly
 //            none), or nullptr for a single process.
 // Errors: communication errors from comm.

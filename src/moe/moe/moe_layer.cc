@@ -43,7 +43,13 @@ Status route_tokens(const MoeLayerArgs& args, const RouteOptions& options, MoeWo
   // This rank's degraded counts in; apply_capacity sums them over the group.
   ws->counts.degraded_tokens = ws->degraded.degraded_tokens;
   ws->counts.degraded_per_expert.assign(ws->degraded.wanted_dead.begin(), ws->degraded.wanted_dead.end());
-  return apply_capacity(options.capacity, options.comm, rc.num_experts, routing, &ws->counts);
+  if (!options.capacity.adaptive.enabled) {
+    return apply_capacity(options.capacity, options.comm, rc.num_experts, routing, &ws->counts);
+  }
+  // Adaptive k renormalises kept weights exactly when the router normalises its top-k.
+  CapacityOptions capacity = options.capacity;
+  capacity.adaptive.renormalize = rc.norm_topk_prob;
+  return apply_capacity(capacity, options.comm, rc.num_experts, routing, &ws->counts);
 }
 
 void moe_forward(const MoeLayerArgs& args, MoeWorkspace* ws, const CapacityOptions& capacity,

@@ -149,6 +149,15 @@ void ExpertLoadStats::record_step(int layer_id, const int64_t* tokens_per_expert
   ++l.steps;
 }
 
+void ExpertLoadStats::record_adaptive(int layer_id, int64_t adaptive_tokens, int64_t adaptive_dropped,
+                                      int64_t requeued) {
+  MOE_CHECK(adaptive_tokens >= 0 && adaptive_dropped >= 0 && requeued >= 0);
+  Layer& l = layer(layer_id);
+  l.adaptive_tokens += adaptive_tokens;
+  l.adaptive_dropped += adaptive_dropped;
+  l.requeued += requeued;
+}
+
 Status ExpertLoadStats::merge(const ExpertLoadStats& other) {
   if (other.layer_ids_ != layer_ids_) {
     return invalid_argument("ExpertLoadStats::merge: the MoE layer ids differ (" + std::to_string(num_layers()) +
@@ -177,6 +186,9 @@ Status ExpertLoadStats::merge(const ExpertLoadStats& other) {
     overflow |= __builtin_add_overflow(a.dropped, b.dropped, &a.dropped);
     overflow |= __builtin_add_overflow(a.rerouted, b.rerouted, &a.rerouted);
     overflow |= __builtin_add_overflow(a.degraded_tokens, b.degraded_tokens, &a.degraded_tokens);
+    overflow |= __builtin_add_overflow(a.adaptive_tokens, b.adaptive_tokens, &a.adaptive_tokens);
+    overflow |= __builtin_add_overflow(a.adaptive_dropped, b.adaptive_dropped, &a.adaptive_dropped);
+    overflow |= __builtin_add_overflow(a.requeued, b.requeued, &a.requeued);
     for (size_t e = 0; e < a.degraded_per_expert.size(); ++e) {
       overflow |= __builtin_add_overflow(a.degraded_per_expert[e], b.degraded_per_expert[e], &a.degraded_per_expert[e]);
     }
@@ -195,6 +207,7 @@ void ExpertLoadStats::clear() {
     std::fill(l.tokens.begin(), l.tokens.end(), 0);
     std::fill(l.ema.begin(), l.ema.end(), 0.0);
     l.dropped = l.rerouted = l.steps = l.degraded_tokens = 0;
+    l.adaptive_tokens = l.adaptive_dropped = l.requeued = 0;
     std::fill(l.degraded_per_expert.begin(), l.degraded_per_expert.end(), 0);
   }
   has_ema_ = true;
@@ -206,6 +219,9 @@ int64_t ExpertLoadStats::dropped(int layer_id) const { return layer(layer_id).dr
 int64_t ExpertLoadStats::rerouted(int layer_id) const { return layer(layer_id).rerouted; }
 int64_t ExpertLoadStats::steps(int layer_id) const { return layer(layer_id).steps; }
 int64_t ExpertLoadStats::degraded_tokens(int layer_id) const { return layer(layer_id).degraded_tokens; }
+int64_t ExpertLoadStats::adaptive_tokens(int layer_id) const { return layer(layer_id).adaptive_tokens; }
+int64_t ExpertLoadStats::adaptive_dropped(int layer_id) const { return layer(layer_id).adaptive_dropped; }
+int64_t ExpertLoadStats::requeued(int layer_id) const { return layer(layer_id).requeued; }
 const std::vector<int64_t>& ExpertLoadStats::degraded_per_expert(int layer_id) const {
   return layer(layer_id).degraded_per_expert;
 }
@@ -245,6 +261,9 @@ std::string ExpertLoadStats::to_json_string(int indent) const {
     j["steps"] = l.steps;
     j["degraded_tokens"] = l.degraded_tokens;
     j["degraded_per_expert"] = l.degraded_per_expert;
+    j["adaptive_tokens"] = l.adaptive_tokens;
+    j["adaptive_dropped"] = l.adaptive_dropped;
+    j["requeued"] = l.requeued;
     j["imbalance"] = imbalance(layer_ids_[i]);
     layers.push_back(std::move(j));
   }
@@ -387,6 +406,9 @@ StatusOr<ExpertLoadStats> ExpertLoadStats::parse_json(const std::string& text, c
     MOE_RETURN_IF_ERROR(read_optional_count(lj, "rerouted", w, &l.rerouted));
     MOE_RETURN_IF_ERROR(read_optional_count(lj, "steps", w, &l.steps));
     MOE_RETURN_IF_ERROR(read_optional_count(lj, "degraded_tokens", w, &l.degraded_tokens));
+    MOE_RETURN_IF_ERROR(read_optional_count(lj, "adaptive_tokens", w, &l.adaptive_tokens));
+    MOE_RETURN_IF_ERROR(read_optional_count(lj, "adaptive_dropped", w, &l.adaptive_dropped));
+    MOE_RETURN_IF_ERROR(read_optional_count(lj, "requeued", w, &l.requeued));
     if (lj.contains("degraded_per_expert") && !lj["degraded_per_expert"].is_null()) {
       MOE_RETURN_IF_ERROR(read_count_row(lj["degraded_per_expert"], w + ".degraded_per_expert", &l.degraded_per_expert));
       MOE_RETURN_IF_ERROR(check_row_length(l.degraded_per_expert.size(), l.tokens.size(), w + ".degraded_per_expert",

@@ -64,6 +64,12 @@ class ExpertLoadStats {
   void record_step(int layer_id, const int64_t* tokens_per_expert, int64_t dropped, int64_t rerouted,
                    int64_t degraded_tokens = 0, const int64_t* degraded_per_expert = nullptr);
 
+  // Adaptive top-k and the adaptive_requeue policy (issue 16; moe/capacity.h), one step
+  // of layer `layer_id` (call after record_step; all >= 0): tokens that shed at least one
+  // expert under load, the assignments they shed, and assignments run in the second
+  // round. Added to the run totals; steps is not incremented.
+  void record_adaptive(int layer_id, int64_t adaptive_tokens, int64_t adaptive_dropped, int64_t requeued);
+
   // Adds another rank's statistics of the same run: totals, ema, dropped and rerouted
   // are summed; steps is the maximum, since ranks step in lockstep (summing the per-rank
   // EMAs of the same steps gives the EMA of the summed counts: the update is linear).
@@ -90,6 +96,9 @@ class ExpertLoadStats {
   int64_t dropped(int layer_id) const;
   int64_t rerouted(int layer_id) const;
   int64_t degraded_tokens(int layer_id) const;
+  int64_t adaptive_tokens(int layer_id) const;   // record_adaptive's run totals
+  int64_t adaptive_dropped(int layer_id) const;
+  int64_t requeued(int layer_id) const;
   // [num_experts()] run totals of degraded tokens that wanted each (lost) expert.
   const std::vector<int64_t>& degraded_per_expert(int layer_id) const;
   int64_t steps(int layer_id) const;
@@ -101,7 +110,7 @@ class ExpertLoadStats {
 
   // {"layers": [{"layer": i, "tokens_per_expert": [...], "ema": [...], "dropped": n,
   //   "rerouted": n, "steps": n, "degraded_tokens": n, "degraded_per_expert": [...],
-  //   "imbalance": x}, ...], "num_experts": E, "ema_decay": d}
+  //   "adaptive_tokens": n, "adaptive_dropped": n, "requeued": n, "imbalance": x}, ...], "num_experts": E, "ema_decay": d}
   // with one entry per MoE layer, ascending. indent < 0: one line.
   std::string to_json_string(int indent = -1) const;
   // Writes to_json_string(2) to `path` atomically (write_file_atomically: on failure the
@@ -111,7 +120,7 @@ class ExpertLoadStats {
   // Reads to_json_string()'s format, where only "layers" and each layer's
   // "tokens_per_expert" are required: "layer" defaults to the entry's position, "ema"
   // (in all layers or in none) to zeros with has_ema() false, "dropped", "rerouted",
-  // "steps" and "degraded_tokens" to 0, "degraded_per_expert" (one count per expert) to zeros, "num_experts" to the row length, "ema_decay" to 0.9; "imbalance" is
+  // "steps", "degraded_tokens", "adaptive_tokens", "adaptive_dropped" and "requeued" to 0, "degraded_per_expert" (one count per expert) to zeros, "num_experts" to the row length, "ema_decay" to 0.9; "imbalance" is
   // recomputed, not read. Also reads SGLang's expert-distribution format
   // {"logical_count": [[count per expert] per layer]} (as passed to
   // --init-expert-location): the row index is the layer id, and all-zero rows (the dense
@@ -133,6 +142,7 @@ class ExpertLoadStats {
     int64_t steps = 0;
     int64_t degraded_tokens = 0;
     std::vector<int64_t> degraded_per_expert;
+    int64_t adaptive_tokens = 0, adaptive_dropped = 0, requeued = 0;  // record_adaptive
   };
 
   ExpertLoadStats() = default;
