@@ -119,6 +119,12 @@ struct ServiceSnapshot {
   int64_t lost_experts = 0;     // (layer, expert) pairs with no live replica now (tokens rerouted)
   int64_t degraded_tokens = 0;  // token routings (summed over MoE layers) sent to a next-best expert: one they chose was lost
   std::vector<double> failover_seconds{};  // each failover: recover() called -> survivors' placement adopted
+  // Adaptive top-k and adaptive_requeue (src/moe/moe/capacity.h), summed over MoE layers
+  // since start-up: token routings that shed at least one expert under load, the
+  // assignments shed, and overflowing assignments run in the second round.
+  int64_t adaptive_k_tokens = 0;
+  int64_t adaptive_k_shed = 0;
+  int64_t requeued = 0;
 };
 
 // GET /health's answer: what state serving is in. Thread-safe and never blocks on a

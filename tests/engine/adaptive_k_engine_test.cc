@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "contains_util.h"
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "moe/engine.h"
+#include "moe/scheduler.h"
 #include "moe/stats/expert_load_stats.h"
 #include "safetensors_util.h"
 #include "test_util.h"
@@ -76,6 +81,52 @@ TEST(AdaptiveKEngineTest, ShedAssignmentsAreCounted) {
   for (int l : st.layer_ids()) dropped += st.dropped(l);
   EXPECT_EQ(assignments, 2 * token_layers - shed - dropped);
   EXPECT_CONTAINS(st.to_json_string(), "\"adaptive_dropped\"");
+}
+
+// The Scheduler's snapshot (what /metrics renders) carries the same totals.
+TEST(AdaptiveKEngineTest, SchedulerSnapshotCarriesTheCounters) {
+  EngineOptions o = tiny();
+  o.adaptive_k = true;
+  o.adaptive_k_target = 0.5;
+  o.overflow_policy = "adaptive_requeue";
+  o.capacity_factor = 0.6;
+  auto e = Engine::open(o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  auto sched = Scheduler::create(e.value().get(), SchedulerOptions{}).value();
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  for (int i = 0; i < 2; ++i) {
+    SeqRequest r;
+    r.prompt = i == 0 ? "ROMEO:\nWhat light through yonder window breaks?" : "JULIET:\nO Romeo, Romeo!";
+    r.max_tokens = 3;
+    r.sampling.temperature = 0;
+    ASSERT_TRUE(sched->submit(r, [&](SeqEvent&& ev) {
+                        if (!ev.finished) return;
+                        std::lock_guard<std::mutex> lock(mu);
+                        ++done;
+                        cv.notify_all();
+                      }).ok());
+  }
+  std::thread stopper([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done == 2; });
+    sched->shutdown(0);
+  });
+  ASSERT_TRUE(sched->run().ok());
+  stopper.join();
+  const ExpertLoadStats& st = e.value()->expert_load_stats();
+  int64_t tokens = 0, shed = 0, requeued = 0;
+  for (int l : st.layer_ids()) {
+    tokens += st.adaptive_tokens(l);
+    shed += st.adaptive_dropped(l);
+    requeued += st.requeued(l);
+  }
+  const ServiceSnapshot snap = sched->snapshot();
+  EXPECT_GT(snap.adaptive_k_shed, 0);
+  EXPECT_EQ(snap.adaptive_k_tokens, tokens);
+  EXPECT_EQ(snap.adaptive_k_shed, shed);
+  EXPECT_EQ(snap.requeued, requeued);
 }
 
 }  // namespace

@@ -544,6 +544,12 @@ void Scheduler::State::publish() {
     const auto& t = stats.tokens_per_expert(snap.moe_layers[i]);
     snap.expert_tokens[i].assign(t.begin(), t.end());
   }
+  snap.adaptive_k_tokens = snap.adaptive_k_shed = snap.requeued = 0;  // adaptive top-k
+  for (int l : snap.moe_layers) {
+    snap.adaptive_k_tokens += stats.adaptive_tokens(l);
+    snap.adaptive_k_shed += stats.adaptive_dropped(l);
+    snap.requeued += stats.requeued(l);
+  }
 }
 
 Status Scheduler::run() {

@@ -186,6 +186,12 @@ ServerMetrics::ServerMetrics() {
                     "Tokens routed to their next-best live expert because an expert they chose was lost.");
   failover_ = &registry_.histogram("moe:failover_seconds",
                                    "Time from a rank failure's detection to serving on the survivors.", kRecoveryBuckets);
+  // Adaptive top-k and the adaptive_requeue overflow policy (issue 16).
+  registry_.counter("moe:adaptive_k_tokens_total",
+                    "Token routings (summed over MoE layers) that shed at least one expert under load (adaptive k).");
+  registry_.counter("moe:adaptive_k_shed_total", "Expert assignments shed by adaptive k under load.");
+  registry_.counter("moe:requeued_assignments_total",
+                    "Overflowing assignments run in adaptive_requeue's second round instead of being dropped.");
 }
 
 void ServerMetrics::count_http(const std::string& endpoint, int status) {
@@ -225,6 +231,9 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
   registry_.counter("moe:rank_failures_total", "").set(static_cast<double>(s.ranks_lost));
   registry_.gauge("moe:lost_experts", "").set(static_cast<double>(s.lost_experts));
   registry_.counter("moe:degraded_tokens_total", "").set(static_cast<double>(s.degraded_tokens));
+  registry_.counter("moe:adaptive_k_tokens_total", "").set(static_cast<double>(s.adaptive_k_tokens));
+  registry_.counter("moe:adaptive_k_shed_total", "").set(static_cast<double>(s.adaptive_k_shed));
+  registry_.counter("moe:requeued_assignments_total", "").set(static_cast<double>(s.requeued));
   {
     std::lock_guard<std::mutex> lock(recovery_mu_);
     for (; failovers_observed_ < s.failover_seconds.size(); ++failovers_observed_) {

@@ -18,6 +18,9 @@
 //   moe:lost_experts                                      gauge, (layer, expert) pairs with no live replica
 //   moe:degraded_tokens_total                             counter, tokens rerouted from a lost expert
 //   moe:failover_seconds                                  histogram, rank failure -> serving on survivors
+//   moe:adaptive_k_tokens_total / moe:adaptive_k_shed_total   counters, adaptive top-k: token
+//                                                          routings that shed experts, assignments shed
+//   moe:requeued_assignments_total                        counter, adaptive_requeue second-round runs
 //
 // And vLLM's names (prefix "vllm:", label model_name = the served model name), so that
 // vLLM's Grafana dashboard (examples/observability/prometheus_grafana/grafana.json)
