@@ -1,10 +1,12 @@
-"""Independent torch reference for adaptive top-k and adaptive_requeue on one Mixtral MoE
-layer (adaptive_k_layer_test.cc).
+"""Independent torch reference for adaptive top-k and adaptive_requeue on one MoE layer of
+a Mixtral or DeepSeek-V3 model (adaptive_k_layer_test.cc).
 
 Written from the rules in src/moe/moe/adaptive_k.h and capacity.h, in float32 torch,
 vectorised (no code shared with the engine):
   router: softmax over all experts in f32 -> top-k (ties to the lower id) -> weights
-  renormalised to sum 1 (transformers MixtralSparseMoeBlock);
+  renormalised to sum 1 (transformers MixtralSparseMoeBlock); DeepSeek-V3: the router of
+  tools/reference/deepseek_ref.py (sigmoid, bias for selection, groups, weights over their
+  sum times routed_scaling_factor), routed experts only (the shared one is the decoder's);
   adaptive k: slots >= max_k removed; load target L = ceil(T * max_k * F / E); each
   expert with load n_e > L sheds min(n_e - L, candidates) of its assignments in slots
   >= min_k, smallest share w / sum(w) first, ties: the later (token, slot) first; the
@@ -29,6 +31,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "reference"))
+import deepseek_ref  # noqa: E402
 import safetensors_io  # noqa: E402
 
 
@@ -105,19 +108,26 @@ def capacity(idx, w, E, k_eff, factor, policy):
 
 def main():
     spec = json.load(open(sys.argv[1]))
-    tensors = safetensors_io.load_checkpoint(spec["model_dir"])
-    p = "model.layers.%d.block_sparse_moe." % spec["layer"]
-    gate = torch.from_numpy(tensors[p + "gate.weight"])
-    E = gate.shape[0]
     cfg = json.load(open(os.path.join(spec["model_dir"], "config.json")))
     k = cfg["num_experts_per_tok"]
-    experts = [tuple(torch.from_numpy(tensors[p + "experts.%d.%s.weight" % (e, n)]) for n in ("w1", "w2", "w3"))
-               for e in range(E)]
-    hidden = gate.shape[1]
+    if cfg["model_type"].startswith("deepseek"):
+        model = deepseek_ref.load_model(spec["model_dir"])
+        layer = model.layers[spec["layer"]]
+        E, hidden = layer["gate"].shape
+        router = lambda x: model.route(layer, x)  # noqa: E731
+        experts = [(g, d, u) for g, u, d in layer["experts"]]  # as (w1, w2, w3)
+    else:
+        tensors = safetensors_io.load_checkpoint(spec["model_dir"])
+        p = "model.layers.%d.block_sparse_moe." % spec["layer"]
+        gate = torch.from_numpy(tensors[p + "gate.weight"])
+        E, hidden = gate.shape
+        router = lambda x: route(x, gate, k)  # noqa: E731
+        experts = [tuple(torch.from_numpy(tensors[p + "experts.%d.%s.weight" % (e, n)]) for n in ("w1", "w2", "w3"))
+                   for e in range(E)]
     x = torch.from_numpy(np.fromfile(spec["x_file"], dtype=np.float32).reshape(-1, hidden))
     out = []
     for case in spec["cases"]:
-        idx, w = route(x, gate, k)
+        idx, w = router(x)
         shed, k_eff = 0, k
         a = case["adaptive"]
         if a is not None:
