@@ -126,8 +126,8 @@ TEST(AdaptiveKLayerTest, MixtralMatchesTheTorchReference) {
                   {"adaptive_target_0.6", true, 1, 2, 0.6},
                   {"adaptive_k1", true, 1, 1, 1.0},
                   {"requeue_0.8", false, 1, 2, 1.0, OverflowPolicy::kAdaptiveRequeue, 0.8},
-                  {"adaptive_requeue_0.7", true, 1, 2, 0.9, OverflowPolicy::kAdaptiveRequeue, 0.7},
-                  {"adaptive_drop_0.7", true, 1, 2, 0.9, OverflowPolicy::kDrop, 0.7},
+                  {"adaptive_requeue_0.9", true, 1, 2, 1.2, OverflowPolicy::kAdaptiveRequeue, 0.9},
+                  {"adaptive_drop_0.9", true, 1, 2, 1.2, OverflowPolicy::kDrop, 0.9},
               });
 }
 

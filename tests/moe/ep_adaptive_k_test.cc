@@ -110,9 +110,9 @@ EpOptions with(CapacityOptions capacity, bool overlap = false, bool hierarchical
   return o;
 }
 
-CapacityOptions adaptive(OverflowPolicy policy, double factor) {
+CapacityOptions adaptive(OverflowPolicy policy, double factor, double target = 0.8) {
   CapacityOptions c{policy, factor};
-  c.adaptive = {true, 1, 2, 0.8, true};
+  c.adaptive = {true, 1, 2, target, true};
   return c;
 }
 
@@ -124,9 +124,9 @@ TEST(EpAdaptiveK, FlatAdaptiveKSavesBytes) {
 
 TEST(EpAdaptiveK, RequeueFlatOverlappedHierarchicalReplicated) {
   check_ep({{21, 0, 30}, kBlocks, with({OverflowPolicy::kAdaptiveRequeue, 0.7}), 0});
-  check_ep({{17, 9, 25}, kBlocks, with(adaptive(OverflowPolicy::kAdaptiveRequeue, 0.6), /*overlap=*/true), 0});
-  check_ep({{17, 9, 25}, kBlocks, with(adaptive(OverflowPolicy::kAdaptiveRequeue, 0.6), false, true), 2});
-  check_ep({{12, 20, 5}, kReplicated, with(adaptive(OverflowPolicy::kAdaptiveRequeue, 0.6)), 0});
+  check_ep({{17, 9, 25}, kBlocks, with(adaptive(OverflowPolicy::kAdaptiveRequeue, 0.9, 1.2), /*overlap=*/true), 0});
+  check_ep({{17, 9, 25}, kBlocks, with(adaptive(OverflowPolicy::kAdaptiveRequeue, 0.9, 1.2), false, true), 2});
+  check_ep({{12, 20, 5}, kReplicated, with(adaptive(OverflowPolicy::kAdaptiveRequeue, 0.9, 1.2)), 0});
 }
 
 }  // namespace
