@@ -56,7 +56,8 @@ def main():
     for i, (label, x, y) in enumerate(pts):
         color = "#d62728" if i < 2 else "#1f77b4"
         s.append('<circle cx="%.1f" cy="%.1f" r="5" fill="%s"/>' % (px(x), py(y), color))
-        s.append('<text x="%.1f" y="%.1f">%s</text>' % (px(x) + 8, py(y) - 8, escape(label)))
+        dy = 20 if i == 0 else -8  # the baseline's label below its point (adaptive runs crowd it from above)
+        s.append('<text x="%.1f" y="%.1f">%s</text>' % (px(x) + 8, py(y) + dy, escape(label)))
     s.append("</svg>")
     open(out + ".svg", "w").write("\n".join(s) + "\n")
     try:
