@@ -188,7 +188,8 @@ TEST(ExpertLoadStatsTest, JsonHasExactlyTheDocumentedShape) {
   std::set<std::string> lkeys;
   for (auto& [k, v] : l0.items()) lkeys.insert(k);
   EXPECT_EQ(lkeys, (std::set<std::string>{"layer", "tokens_per_expert", "ema", "dropped", "rerouted", "steps",
-                                          "degraded_tokens", "degraded_per_expert", "imbalance"}));
+                                          "degraded_tokens", "degraded_per_expert", "adaptive_tokens",
+                                          "adaptive_dropped", "requeued", "imbalance"}));
   EXPECT_EQ(l0["layer"], 2);
   EXPECT_EQ(l0["tokens_per_expert"], json::array({1, 2, 3}));
   EXPECT_EQ(l0["ema"], json::array({1.0, 2.0, 3.0}));
@@ -457,6 +458,34 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"SglangNonNumeric", R"({"logical_count": [[1, 2], [1, "2"]]})", {"logical_count[1][1]"}},
         BadCase{"SglangAllZero", R"({"logical_count": [[0, 0], [0, 0]]})", {"every layer is all zeros"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
+
+// Adaptive top-k / adaptive_requeue counters (issue 16): summed per layer, merged,
+// cleared, and round-tripped through the JSON form (absent in older files: 0).
+TEST(ExpertLoadStatsTest, AdaptiveCounters) {
+  auto a = ExpertLoadStats::create({1, 3}, 2).value();
+  const int64_t c[2] = {3, 1};
+  a.record_step(1, c, 0, 0);
+  a.record_adaptive(1, 2, 3, 4);
+  a.record_adaptive(1, 1, 1, 0);
+  EXPECT_EQ(a.adaptive_tokens(1), 3);
+  EXPECT_EQ(a.adaptive_dropped(1), 4);
+  EXPECT_EQ(a.requeued(1), 4);
+  EXPECT_EQ(a.adaptive_dropped(3), 0);
+  EXPECT_EQ(a.steps(1), 1);  // record_adaptive is not a step
+  auto b = ExpertLoadStats::create({1, 3}, 2).value();
+  b.record_adaptive(3, 5, 6, 7);
+  ASSERT_TRUE(a.merge(b).ok());
+  EXPECT_EQ(a.requeued(3), 7);
+  auto back = ExpertLoadStats::parse_json(a.to_json_string(), "a.json").value();
+  EXPECT_EQ(back.adaptive_tokens(1), 3);
+  EXPECT_EQ(back.adaptive_dropped(3), 6);
+  EXPECT_EQ(back.requeued(1), 4);
+  auto old = ExpertLoadStats::parse_json(R"({"layers": [{"tokens_per_expert": [1, 2]}]})", "old.json").value();
+  EXPECT_EQ(old.adaptive_dropped(0), 0);
+  a.clear();
+  EXPECT_EQ(a.adaptive_tokens(1), 0);
+  EXPECT_EQ(a.requeued(3), 0);
+}
 
 }  // namespace
 }  // namespace moe
