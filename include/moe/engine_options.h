@@ -69,6 +69,8 @@ struct EngineOptions {
   // policy (which then runs on the reduced routing). Engine::open refuses (InvalidArgument
   // naming min_k / max_k) min_k < 1, min_k > max_k, max_k > the model's experts per
   // token, a target <= 0, and min_k / max_k / adaptive_k_target without adaptive_k.
+  // Like drop/reroute, it makes a token's experts depend on the other tokens of its step,
+  // so batch_invariant's guarantee (logits independent of the batch) does not hold with it.
   bool adaptive_k = false;
   int min_k = 0;  // 0 = 1
   int max_k = 0;  // 0 = the model's experts per token
