@@ -99,6 +99,10 @@ std::string apply_config_of_parsed(CLI::App& app) {
       }
     }
   }
+  // The commands whose --config is an engine config (config show, doctor and deploy k8s
+  // read their --config themselves).
+  static const std::set<std::string> kEngineCommands = {"generate", "serve", "bench generate", "bench batch"};
+  if (kEngineCommands.count(command) == 0) return "";
   const CLI::Option* opt = leaf->get_option_no_throw("--config");
   if (opt == nullptr || opt->count() == 0) return "";
   auto file = config::load_config_file(opt->results().back());

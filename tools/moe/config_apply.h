@@ -36,7 +36,8 @@ std::string apply_config(CLI::App& app, const std::string& command, const config
                          std::vector<std::string>* warnings, std::set<std::string>* applied = nullptr,
                          bool lenient = false);
 
-// For the leaf subcommand `app` parsed: when it has --config and it was given, loads the
+// For the leaf subcommand `app` parsed (generate, serve, bench generate, bench batch):
+// when its --config was given, loads the
 // file and applies it; warnings go to stderr (rank 0 only under mpirun). "" or the error.
 std::string apply_config_of_parsed(CLI::App& app);
 

@@ -21,7 +21,7 @@ int run_config_show(const ConfigShowFlags& f, CLI::App& show) {
   // The flags after `show` are serve's (a superset of generate's): parse them into a
   // scratch `serve` command, apply the file like `moe serve --config` would, and read back.
   CLI::App serve{"moe serve (flags for moe config show)", "serve"};
-  (void)add_serve_command(serve);
+  const RunFn keep_flags_alive = add_serve_command(serve);  // it owns the variables the options write
   std::vector<std::string> args = show.remaining_for_passthrough();  // reversed, as parse() wants
   try {
     serve.parse(args);
