@@ -26,7 +26,9 @@
 namespace moe::cli::doctor {
 namespace {
 
-std::string gb(double bytes) { return format_fixed(bytes / 1e9, 2) + " GB"; }
+std::string gb(double bytes) {
+  return bytes < 1e9 ? format_fixed(bytes / 1e6, 1) + " MB" : format_fixed(bytes / 1e9, 2) + " GB";
+}
 std::string gbps(double bytes_per_s) { return format_fixed(bytes_per_s / 1e9, 2) + " GB/s"; }
 
 // Runs `cmd` (stdout only); "" when it fails.
@@ -56,7 +58,7 @@ Check bandwidth_check(const std::string& name, planner::Primitive prim, int n, d
   const double predicted = planner::tier_collective_seconds(profile->tier(tier)[prim], prim, n, bytes);
   const double ratio = predicted / seconds;  // 1 = as fast as the profile says
   c.figure += " vs " + gbps(bytes / predicted) + " predicted by " + profile_name + " (" + planner::tier_name(tier) +
-              "): " + format_fixed(ratio, 2) + "x";
+              "): " + format_double("%.3g", ratio) + "x";
   c.verdict = ratio >= 0.7 ? Verdict::kPass : ratio >= 0.3 ? Verdict::kWarn : Verdict::kFail;
   return c;
 }
