@@ -132,6 +132,21 @@ TEST(DoctorCli, ProfileComparisonConfigWarningsAndStoreVerify) {
   EXPECT_EQ(p.checks.at("p2p_bandwidth")["result"], expected) << fig;
 }
 
+TEST(DoctorCli, MemoryCountsReplicaSlotsUpToTheCap) {
+  // The shipped model: 8 experts per MoE layer. EP 2: 4 own experts per rank; 6 slots per
+  // rank leave 2 spare; replication_cap 2 allows 8 x (2 - 1) / 2 = 4 replicas per rank, so
+  // 2 are held; cap 1 allows none. (The seed multiplied every expert by the cap.)
+  const std::string dir = make_temp_dir("doctor_mem");
+  const std::string base = "model:\n  path: " + tiny_model_dir() + "\nparallelism:\n  ep: 2\n";
+  write_file(dir + "/cap2.yaml", base + "expert_placement:\n  slots_per_rank: 6\n  replication_cap: 2\n");
+  write_file(dir + "/cap1.yaml", base + "expert_placement:\n  slots_per_rank: 6\n  replication_cap: 1\n");
+  const Doctor two = doctor("--config " + dir + "/cap2.yaml --mpirun /nonexistent/mpirun --port 0");
+  const Doctor one = doctor("--config " + dir + "/cap1.yaml --mpirun /nonexistent/mpirun --port 0");
+  EXPECT_CONTAINS(two.checks.at("memory_per_rank")["figure"].get<std::string>(), "incl. 4 experts/layer");
+  EXPECT_CONTAINS(two.checks.at("memory_per_rank")["figure"].get<std::string>(), "(2 slots/layer)");
+  EXPECT_CONTAINS(one.checks.at("memory_per_rank")["figure"].get<std::string>(), "(0 slots/layer)");
+}
+
 TEST(DoctorCli, BadUsage) {
   const CommandResult r = run_command(moe_binary() + " doctor --np 0");
   EXPECT_EQ(r.exit_code, 1);

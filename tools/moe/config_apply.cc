@@ -144,6 +144,8 @@ std::vector<KeyOrigin> key_origins(const CLI::App& app, const config::ConfigFile
       o.value = v->text;
       o.origin = file->where(*v);
     }
+    if (k.type == config::ConfigType::kBool && (o.value == "1" || o.value == "0")) o.value = o.value == "1" ? "true" : "false";
+    if (k.flag == "--model" && o.value.empty() && o.origin == "default") o.value = default_model_dir();
     out.push_back(std::move(o));
   }
   return out;
