@@ -130,5 +130,18 @@ TEST(ConfigCli, KeysAGivenCommandDoesNotTakeAreNamed) {
   EXPECT_CONTAINS(r.output, "warning: " + cfg + ":2: serving.port: not used by `moe generate` (it has no --port)");
 }
 
+TEST(ConfigCli, NewSubcommandsHaveHelp) {
+  for (const auto& [cmd, flags] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"config show", {"--config", "--json"}},
+           {"doctor", {"--hosts", "--np", "--model", "--config", "--port", "--profile", "Exit status"}},
+           {"deploy k8s", {"--config", "--out", "--ranks-per-pod", "--image"}},
+           {"serve", {"--config"}},
+           {"bench batch", {"--config"}}}) {
+    const CommandResult r = run_command(moe_binary() + " " + cmd + " --help");
+    EXPECT_EQ(r.exit_code, 0) << cmd << r.output;
+    for (const std::string& flag : flags) EXPECT_CONTAINS(r.output, flag);
+  }
+}
+
 }  // namespace
 }  // namespace moe::testing

@@ -108,6 +108,7 @@ TEST(DoctorCli, ProfileComparisonConfigWarningsAndStoreVerify) {
   EXPECT_CONTAINS(d.checks.at("config")["figure"].get<std::string>(), "c.yaml:4: alltoall.use_cuda_aware");
   EXPECT_EQ(d.checks.at("model_verify")["result"], "pass") << d.output;
   EXPECT_CONTAINS(d.checks.at("model_verify")["figure"].get<std::string>(), "store " + store + " version 1");
+  EXPECT_EQ(d.checks.at("memory_per_rank")["result"], "pass") << d.output;  // sized from the store's config.json
   // Corrupt every shard byte of one file: verify fails, naming it.
   for (const auto& e : std::filesystem::recursive_directory_iterator(store + "/shards")) {
     if (e.is_regular_file()) {

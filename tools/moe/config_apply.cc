@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "doctor_checks.h"
 #include "moe/model/config.h"
 
 namespace moe::cli {
@@ -31,7 +32,7 @@ std::string check_router_k(CLI::App& app, const config::ConfigFile& file, std::v
   if (k == nullptr) return "";
   const CLI::Option* model = app.get_option_no_throw("--model");
   const std::string dir = model && model->count() > 0 ? model->results().back() : default_model_dir();
-  auto cfg = load_model_config(dir);
+  auto cfg = doctor::load_any_model_config(dir);
   if (!cfg.ok()) {
     warnings->push_back(at(file, *k) + ": not checked against the model (" + cfg.status().message() + ")");
     return "";

@@ -22,6 +22,7 @@
 #include "moe/planner/step_model.h"
 #include "moe/store/store_layout.h"
 #include "moe/store/store_maintenance.h"
+#include "moe/store/store_model.h"
 
 namespace moe::cli::doctor {
 namespace {
@@ -64,6 +65,13 @@ Check bandwidth_check(const std::string& name, planner::Primitive prim, int n, d
 }
 
 }  // namespace
+
+StatusOr<ModelConfig> load_any_model_config(const std::string& dir) {
+  if (!is_store_dir(dir)) return load_model_config(dir);
+  auto store = StoreModel::open(dir);
+  if (!store.ok()) return store.status();
+  return load_model_config(*store.value());
+}
 
 const char* verdict_name(Verdict v) {
   switch (v) {
@@ -121,7 +129,7 @@ Check a2a_check(const ProbeResult& probe, const planner::HardwareProfile* profil
 
 Check memory_check(const MemoryInput& in) {
   Check c{"memory_per_rank", Verdict::kPass, ""};
-  auto cfg = load_model_config(in.model_dir);
+  auto cfg = load_any_model_config(in.model_dir);
   if (!cfg.ok()) return {"memory_per_rank", Verdict::kFail, cfg.status().message()};
   const ModelConfig& m = cfg.value();
   const planner::ModelShape shape = planner::model_shape(m);

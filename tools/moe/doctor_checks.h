@@ -5,9 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "moe/model/config.h"
 #include "moe/planner/hardware_profile.h"
 
 namespace moe::cli::doctor {
+
+// The config.json of `dir`: a Hugging Face directory or a checkpoint store (moe ckpt).
+StatusOr<ModelConfig> load_any_model_config(const std::string& dir);
 
 enum class Verdict { kPass, kWarn, kFail, kSkip };
 const char* verdict_name(Verdict v);  // "pass", "warn", "fail", "skip"
