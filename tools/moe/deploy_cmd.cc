@@ -40,13 +40,14 @@ struct DeployFlags {
   std::string format = "yaml";
 };
 
-// JSON -> block YAML (strings double-quoted with JSON escapes, valid YAML).
+// JSON -> block YAML (plain keys where safe; strings double-quoted with JSON escapes, valid YAML).
 void emit_yaml(const json& j, int indent, std::ostringstream& out) {
   const std::string pad(static_cast<size_t>(indent), ' ');
   if (j.is_object()) {
     for (auto it = j.begin(); it != j.end(); ++it) {
       const json& v = it.value();
-      out << pad << json(it.key()).dump() << ":";
+      static const std::regex plain("[A-Za-z_][A-Za-z0-9_./-]*");
+      out << pad << (std::regex_match(it.key(), plain) ? it.key() : json(it.key()).dump()) << ":";
       if ((v.is_object() || v.is_array()) && !v.empty()) {
         out << "\n";
         emit_yaml(v, indent + 2, out);
