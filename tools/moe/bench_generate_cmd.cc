@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "config_apply.h"
 #include "moe/core/membw.h"
 #include "moe/engine.h"
 #include "moe/model/config.h"
@@ -21,6 +22,7 @@ namespace {
 
 struct BenchFlags {
   std::string model;
+  std::string config;  // --config FILE.yaml (config_apply.h)
   int prompt_tokens = 256;
   int gen_tokens = 64;
   int repeats = 5;
@@ -211,6 +213,7 @@ int run_bench(const BenchFlags& f) {
 RunFn add_bench_generate_command(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   app.add_option("--model", f->model, "Model directory; default: the shipped tiny-mixtral-shakespeare");
+  add_config_flag(app, &f->config);
   app.add_option("--prompt-tokens", f->prompt_tokens, "Prompt length for prefill (tokens)")->capture_default_str();
   app.add_option("--gen-tokens", f->gen_tokens, "Tokens to generate for decode")->capture_default_str();
   app.add_option("--repeats", f->repeats, "Timed repeats (after one warm-up)")->capture_default_str();

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "config_apply.h"
 #include "moe/comm/mpi_communicator.h"
 #include "moe/core/text_format.h"
 
@@ -104,6 +105,8 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "GEMV in `moe bench fp8`), or kept in FP8 and dequantised in the kernels (half the memory and "
                  "bytes per decode token)")
       ->capture_default_str();
+  // YAML config (issue 16): --config FILE.yaml; its values reach the flags above in main().
+  add_config_flag(app, &f->config_file);
 }
 
 std::string check_engine_flags(const EngineFlags& f) {

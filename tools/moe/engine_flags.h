@@ -28,6 +28,8 @@ struct EngineFlags {
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
   const CLI::Option* gloo_host_option = nullptr;  // --gloo-host
   const CLI::Option* failover_wait_option = nullptr;  // --failover-wait
+  // YAML config (issue 16, config_apply.h): --config FILE, applied by main() after parsing.
+  std::string config_file;
   bool ep_given() const { return ep_option != nullptr && ep_option->count() > 0; }
   // The world size the flags ask for: --tp x --ep (--ep alone without --tp).
   int world_size() const { return launch.tp * launch.ep; }
