@@ -38,6 +38,7 @@ Engine::EpStats Engine::ep_stats() const {
   s.comm_wait_seconds = t.comm_wait_seconds;
   s.compute_seconds = t.compute_seconds;
   s.exchange_seconds = t.exchange_seconds;
+  s.comm_overlap_ratio = t.comm_overlap_ratio();
   s.calls = t.calls;
   s.bytes_sent = t.bytes_sent;
   if (impl_->rebalancer != nullptr) {

@@ -539,6 +539,10 @@ void Scheduler::State::publish() {
   snap.running = static_cast<int>(running.size());
   snap.waiting = static_cast<int>(waiting.size());
   snap.kv_blocks_used = allocator->total_blocks() - allocator->free_blocks();
+  const EpTimings& ep = core->decoder->ep_timings();
+  snap.ep_comm_wait_seconds = ep.comm_wait_seconds;
+  snap.ep_exchange_seconds = ep.exchange_seconds;
+  snap.comm_overlap_ratio = ep.comm_overlap_ratio();
   const ExpertLoadStats& stats = *core->load_stats;
   for (size_t i = 0; i < snap.moe_layers.size(); ++i) {
     const auto& t = stats.tokens_per_expert(snap.moe_layers[i]);
