@@ -52,6 +52,13 @@ struct EngineOptions {
   // from the group's mean tokens per rank). Set without ep_overlap, or another value:
   // InvalidArgument naming --ep-micro-batches.
   int ep_micro_batches = 0;
+  // KV cache element type (issue 18, --kv-dtype): "f32" (default), "bf16" or "f16". A
+  // 16-bit cache halves the bytes decode attention reads per step and the memory per
+  // cached token (the scheduler's default pool holds twice the tokens); keys and values
+  // are rounded to nearest when written, and attention reads them directly (f32
+  // arithmetic). Another name, or a 16-bit cache for a multi-head latent attention model
+  // (its latent cache is f32 only): InvalidArgument naming --kv-dtype.
+  std::string kv_dtype = "f32";
   bool a2a_bf16 = false;    // dispatch/combine activations as bf16 (half the bytes)
   // Two-level all-to-all (inter-node, then intra-node): -1 = when comm spans several
   // nodes, 0 = never (flat), 1 = always.

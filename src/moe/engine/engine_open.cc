@@ -242,6 +242,16 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     return invalid_argument("--ep-micro-batches " + std::to_string(options.ep_micro_batches) +
                             " applies to the overlapped all-to-all: add --ep-overlap");
   }
+  {
+    const std::optional<DType> kv = options.kv_dtype == "f32"    ? std::optional<DType>(DType::kF32)
+                                     : options.kv_dtype == "bf16" ? std::optional<DType>(DType::kBF16)
+                                     : options.kv_dtype == "f16"  ? std::optional<DType>(DType::kF16)
+                                                                  : std::nullopt;
+    if (!kv) return invalid_argument("--kv-dtype '" + options.kv_dtype + "' is not one of f32, bf16, f16");
+    const std::string why = kv_dtype_error(impl->config, *kv);
+    if (!why.empty()) return invalid_argument(dir + ": " + why);
+    impl->kv_dtype = *kv;
+  }
   if (options.ep_overlap && options.a2a_hierarchical == 1) {
     return invalid_argument("--ep-overlap is not available with --a2a-mode hierarchical (its two-level exchanges are "
                             "blocking): use --a2a-mode flat or auto with --ep-overlap, or drop --ep-overlap");
@@ -469,7 +479,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           .decoder = impl->decoder.get(),
                           .load_stats = impl->load_stats.get(),
                           .session = impl->session.get(),
-                          .failover = impl->failover.get()};
+                          .failover = impl->failover.get(),
+                          .kv_dtype = impl->kv_dtype};
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
