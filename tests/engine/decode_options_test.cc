@@ -74,12 +74,12 @@ TEST(DecodeOptionsTest, SixteenBitKvCacheForMlaIsRefused) {
   EXPECT_TRUE(Engine::open(o).ok());
 }
 
-struct Run {
+struct GreedyRun {
   std::vector<int> tokens;
   std::vector<float> logits;
 };
 
-Run greedy(const std::string& kv_dtype) {
+GreedyRun greedy(const std::string& kv_dtype) {
   EngineOptions o = base();
   o.kv_dtype = kv_dtype;
   auto e = Engine::open(o);
@@ -93,10 +93,10 @@ Run greedy(const std::string& kv_dtype) {
 }
 
 TEST(DecodeOptionsTest, SixteenBitKvCacheIsUsedAndClose) {
-  const Run ref = greedy("f32");
+  const GreedyRun ref = greedy("f32");
   for (const char* dt : {"bf16", "f16"}) {
     SCOPED_TRACE(dt);
-    const Run run = greedy(dt);
+    const GreedyRun run = greedy(dt);
     ASSERT_EQ(run.logits.size(), ref.logits.size());
     double max_diff = 0;
     for (size_t i = 0; i < ref.logits.size(); ++i) {
