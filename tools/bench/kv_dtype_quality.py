@@ -71,11 +71,13 @@ def main():
         try:
             ids = post(port, "/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
             bos = post(port, "/tokenize", {"prompt": "", "add_special_tokens": True})["tokens"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=60) as r:
+                model_id = json.loads(r.read())["data"][0]["id"]
             n = min(a.windows, len(ids) // (WINDOW - 1))
             lps = []
             for w in range(n):
                 prompt = bos + ids[w * (WINDOW - 1):(w + 1) * (WINDOW - 1)]
-                r = post(port, "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": 1, "echo": True,
+                r = post(port, "/v1/completions", {"model": model_id, "prompt": prompt, "max_tokens": 1, "echo": True,
                                                    "logprobs": 0, "temperature": 0})
                 lps += [x for x in r["choices"][0]["logprobs"]["token_logprobs"][1:len(prompt)]]
             scored[dt] = lps
