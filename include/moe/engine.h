@@ -123,6 +123,9 @@ class Engine {
   // Communication vs compute time of the expert-parallel layers so far (seconds).
   struct EpStats {
     double comm_wait_seconds = 0, compute_seconds = 0, exchange_seconds = 0;
+    // The fraction of the exchanges' time hidden behind compute: 1 - comm_wait_seconds /
+    // exchange_seconds, in [0, 1] (0 without overlap or before any exchange).
+    double comm_overlap_ratio = 0;
     int64_t calls = 0, bytes_sent = 0;
     // Live rebalancing: plans switched to, failed migrations, experts moved (all
     // ranks), seconds spent planning and migrating.

@@ -119,6 +119,12 @@ struct ServiceSnapshot {
   int64_t lost_experts = 0;     // (layer, expert) pairs with no live replica now (tokens rerouted)
   int64_t degraded_tokens = 0;  // token routings (summed over MoE layers) sent to a next-best expert: one they chose was lost
   std::vector<double> failover_seconds{};  // each failover: recover() called -> survivors' placement adopted
+  // Expert parallelism's exchanges on this rank (rank 0) since start-up (zero without EP):
+  // time blocked on them, their time from issue to completion, and the fraction hidden
+  // behind compute, 1 - wait / exchange in [0, 1] (issue 18's comm_overlap_ratio).
+  double ep_comm_wait_seconds = 0;
+  double ep_exchange_seconds = 0;
+  double comm_overlap_ratio = 0;
 };
 
 // GET /health's answer: what state serving is in. Thread-safe and never blocks on a

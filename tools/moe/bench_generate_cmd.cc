@@ -31,6 +31,7 @@ struct BenchFlags {
   size_t bw_buffer_mb = 1024;
   bool batch_invariant = false;
   std::string fp8 = "dequant";
+  std::string kv_dtype = "f32";  // EngineOptions::kv_dtype (issue 18 part B)
 };
 
 struct Stats {
@@ -93,6 +94,7 @@ int run_bench(const BenchFlags& f) {
     eo.batch_invariant = f.batch_invariant;
     eo.mla_attention = path;
     eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
+    eo.kv_dtype = f.kv_dtype;
     auto engine_or = Engine::open(eo);
     if (!engine_or.ok()) return fail(engine_or.status().message());
     engines.push_back(std::move(engine_or).value());
@@ -220,6 +222,9 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_option("--threads", f->threads, "Thread counts to measure")->delimiter(',')->capture_default_str();
   app.add_option("--fp8", f->fp8, "dequant|native: FP8 weights dequantised to bf16 at load, or kept in FP8 "
                                   "(dequantised in the kernels)")
+      ->capture_default_str();
+  app.add_option("--kv-dtype", f->kv_dtype, "KV cache element type: f32, bf16 or f16 (GQA models only)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
   app.add_option("--mla-attention", f->mla_paths,
                  "Multi-head latent attention models: the paths to measure, from auto, naive, absorbed (e.g. "

@@ -54,7 +54,17 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
   f->gloo_host_option = app.add_option("--gloo-host", f->launch.gloo_host,
                                        "--comm-backend gloo: the address this rank listens on for its peers")
                             ->capture_default_str();
-  app.add_flag("--ep-overlap", f->options.ep_overlap, "Overlap all-to-all with expert compute (two micro-batches)");
+  // EP overlap (issue 18 part B, h-decode): micro-batches pipelined against the all-to-all.
+  app.add_flag("--ep-overlap", f->options.ep_overlap,
+               "Overlap the all-to-all with expert compute (pipelined micro-batches; flat exchange only)");
+  app.add_option("--ep-micro-batches", f->options.ep_micro_batches,
+                 "With --ep-overlap: micro-batches per MoE layer call, 2..8 (0 = auto, about 64 tokens each)")
+      ->capture_default_str();
+  // KV cache dtype (issue 18 part B, h-decode).
+  app.add_option("--kv-dtype", f->options.kv_dtype,
+                 "KV cache element type: f32, or bf16 / f16 (half the bytes per cached token; GQA models only)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   app.add_option("--a2a-dtype", f->a2a_dtype, "Dispatch/combine activation dtype: f32 (exact) or bf16 (half the bytes)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();

@@ -140,9 +140,9 @@ int run_generate(const GenerateFlags& f) {
                                               std::to_string(num_ranks / tp) + " = " + std::to_string(num_ranks)
                                         : "expert parallel: " + std::to_string(num_ranks);
       std::fprintf(stderr, "[%s ranks, %lld MoE exchanges, %.1f MB sent by rank 0, "
-                   "comm wait %.1f ms, expert compute %.1f ms]\n",
+                   "comm wait %.1f ms, expert compute %.1f ms, comm_overlap_ratio %.3f]\n",
                    layout.c_str(), static_cast<long long>(ep.calls), ep.bytes_sent / 1e6, ep.comm_wait_seconds * 1e3,
-                   ep.compute_seconds * 1e3);
+                   ep.compute_seconds * 1e3, ep.comm_overlap_ratio);
 
     }
   } else {
@@ -151,6 +151,13 @@ int run_generate(const GenerateFlags& f) {
     j["output_token_ids"] = r.output_token_ids;
     j["text"] = r.text;
     j["finish_reason"] = r.finish_reason;
+    if (expert_parallel) {  // rank 0's exchange timings (issue 18: the overlap's hidden fraction)
+      const Engine::EpStats ep = engine->ep_stats();
+      j["ep"] = {{"comm_wait_seconds", ep.comm_wait_seconds},
+                 {"exchange_seconds", ep.exchange_seconds},
+                 {"compute_seconds", ep.compute_seconds},
+                 {"comm_overlap_ratio", ep.comm_overlap_ratio}};
+    }
     // Invalid UTF-8 (a cut multi-byte character) is replaced, never thrown.
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }

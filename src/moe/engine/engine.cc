@@ -38,6 +38,7 @@ Engine::EpStats Engine::ep_stats() const {
   s.comm_wait_seconds = t.comm_wait_seconds;
   s.compute_seconds = t.compute_seconds;
   s.exchange_seconds = t.exchange_seconds;
+  s.comm_overlap_ratio = t.comm_overlap_ratio();
   s.calls = t.calls;
   s.bytes_sent = t.bytes_sent;
   if (impl_->rebalancer != nullptr) {
@@ -83,8 +84,9 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
 
   const uint64_t seed = sp.seed ? *sp.seed : std::random_device{}();
   RequestSampler sampler(sp, seed, prompt);
-  const KvCacheShape kv = kv_cache_shape(impl_->run_config());  // under TP: this rank's heads
-  KVCache cache(c.num_hidden_layers, kv.heads, kv.k_dim, std::max<int64_t>(needed, 1), kv.v_dim);
+  // Under TP: this rank's heads.
+  const KvCacheShape kv = kv_cache_shape(impl_->run_config(), impl_->kv_dtype);
+  KVCache cache(c.num_hidden_layers, kv, std::max<int64_t>(needed, 1));
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
 
   const double t0 = now_seconds();

@@ -26,6 +26,7 @@ struct EngineCore {
   const ExpertLoadStats* load_stats = nullptr;
   EpSession* session = nullptr;  // every step goes through it (EP headers, rebalance trigger)
   const Failover* failover = nullptr;  // under EP: lost experts after a failover (else null)
+  DType kv_dtype = DType::kF32;        // the KV caches' element type (EngineOptions::kv_dtype)
 };
 
 }  // namespace moe

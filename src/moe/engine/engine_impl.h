@@ -43,6 +43,7 @@ struct Engine::Impl final : EpStepRunner {
   std::unique_ptr<Decoder> decoder;
   std::unique_ptr<ExpertLoadStats> load_stats;
   CapacityOptions capacity;
+  DType kv_dtype = DType::kF32;  // EngineOptions::kv_dtype, checked
   // Expert parallelism (comm == nullptr: single process). `comm` is the world (the EP
   // session's headers, start-up agreement); experts are sharded over ep_comm: the world
   // without TP, the EP group with it (null under pure TP: every rank holds every expert).

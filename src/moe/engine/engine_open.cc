@@ -26,6 +26,7 @@
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
 #include "moe/moe/capacity.h"
+#include "moe/moe/ep_moe_layer.h"
 #include "moe/placement/placement_plan.h"
 #include "moe/placement/replica_planner.h"
 #include "moe/runtime/ep_session.h"
@@ -233,6 +234,28 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
                             "' applies to multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2); " + dir +
                             " has model_type '" + impl->config.model_type + "'");
   }
+  if (options.ep_micro_batches != 0 && (options.ep_micro_batches < 2 || options.ep_micro_batches > kMaxEpMicroBatches)) {
+    return invalid_argument("--ep-micro-batches " + std::to_string(options.ep_micro_batches) + " must be 0 (auto) or 2.." +
+                            std::to_string(kMaxEpMicroBatches));
+  }
+  if (options.ep_micro_batches != 0 && !options.ep_overlap) {
+    return invalid_argument("--ep-micro-batches " + std::to_string(options.ep_micro_batches) +
+                            " applies to the overlapped all-to-all: add --ep-overlap");
+  }
+  {
+    const std::optional<DType> kv = options.kv_dtype == "f32"    ? std::optional<DType>(DType::kF32)
+                                     : options.kv_dtype == "bf16" ? std::optional<DType>(DType::kBF16)
+                                     : options.kv_dtype == "f16"  ? std::optional<DType>(DType::kF16)
+                                                                  : std::nullopt;
+    if (!kv) return invalid_argument("--kv-dtype '" + options.kv_dtype + "' is not one of f32, bf16, f16");
+    const std::string why = kv_dtype_error(impl->config, *kv);
+    if (!why.empty()) return invalid_argument(dir + ": " + why);
+    impl->kv_dtype = *kv;
+  }
+  if (options.ep_overlap && options.a2a_hierarchical == 1) {
+    return invalid_argument("--ep-overlap is not available with --a2a-mode hierarchical (its two-level exchanges are "
+                            "blocking): use --a2a-mode flat or auto with --ep-overlap, or drop --ep-overlap");
+  }
   if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
     return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
   }
@@ -273,9 +296,18 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     ctx.comm = ep_comm;
     ctx.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, ep_comm->size());
     ctx.options.overlap = options.ep_overlap;
+    ctx.options.micro_batches = options.ep_micro_batches;
     ctx.options.a2a_bf16 = options.a2a_bf16;
     ctx.options.hierarchical =
         options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && ep_comm->num_nodes() > 1);
+    if (ctx.options.hierarchical && options.ep_overlap) {  // auto on several nodes (1 was refused above)
+      ctx.options.hierarchical = false;
+      if (ep_comm->rank() == 0) {
+        MOE_LOG_WARN("--ep-overlap: the group spans {} nodes, but the hierarchical all-to-all has no overlap; using "
+                     "the flat all-to-all (overlapped)",
+                     ep_comm->num_nodes());
+      }
+    }
     if (impl->tensor_parallel() && options.fused_moe) {
       // The fused path's EP group has one rank per node: its all-to-all is flat (the
       // hierarchical one would have nothing to forward inside a node).
@@ -447,7 +479,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           .decoder = impl->decoder.get(),
                           .load_stats = impl->load_stats.get(),
                           .session = impl->session.get(),
-                          .failover = impl->failover.get()};
+                          .failover = impl->failover.get(),
+                          .kv_dtype = impl->kv_dtype};
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -75,9 +75,8 @@ void make_follower_caches(Engine::Impl* impl) {
     // capacity matches (positions are rewritten from 0), else make one of that size.
     if (impl->follower_kv == nullptr || impl->follower_kv->capacity() != capacity) {
       impl->follower_kv.reset();
-      const KvCacheShape kv = kv_cache_shape(impl->local_config);
-      impl->follower_kv = std::make_unique<KVCache>(impl->local_config.num_hidden_layers, kv.heads, kv.k_dim,
-                                                    capacity, kv.v_dim);
+      const KvCacheShape kv = kv_cache_shape(impl->local_config, impl->kv_dtype);
+      impl->follower_kv = std::make_unique<KVCache>(impl->local_config.num_hidden_layers, kv, capacity);
     }
     return impl->follower_kv.get();
   };
@@ -87,7 +86,7 @@ void make_follower_caches(Engine::Impl* impl) {
     if (p == nullptr || p->block_size() != block_size || p->num_blocks() != num_blocks) {
       impl->follower_paged.reset();
       impl->follower_paged = std::make_unique<PagedKVCache>(impl->local_config.num_hidden_layers,
-                                                            kv_cache_shape(impl->local_config),
+                                                            kv_cache_shape(impl->local_config, impl->kv_dtype),
                                                             static_cast<int>(block_size), num_blocks);
     }
     return impl->follower_paged.get();

@@ -141,7 +141,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
     return failed_precondition("under expert parallelism the scheduler runs on rank 0; other ranks call run_worker()");
   }
   const ModelConfig& c = *core.config;
-  const KvCacheShape kv = kv_cache_shape(c);
+  const KvCacheShape kv = kv_cache_shape(c, core.kv_dtype);
   const size_t bytes_per_token = static_cast<size_t>(c.num_hidden_layers) * kv.bytes_per_token_per_layer();
   int64_t tokens = o.kv_cache_tokens;
   if (tokens == 0) {
@@ -164,8 +164,9 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   st->snap.moe_layers = core.load_stats->layer_ids();
   st->snap.expert_tokens.assign(st->snap.moe_layers.size(),
                                 std::vector<int64_t>(static_cast<size_t>(c.router.num_experts), 0));
-  MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB), up to {} sequences, {} tokens per step",
-               num_blocks, o.kv_block_size, st->kv->bytes() / 1e6, o.max_num_seqs, o.max_num_batched_tokens);
+  MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB, {}), up to {} sequences, {} tokens per step",
+               num_blocks, o.kv_block_size, st->kv->bytes() / 1e6, kv_dtype_name(kv.dtype), o.max_num_seqs,
+               o.max_num_batched_tokens);
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(st)));
 }
 
@@ -539,6 +540,10 @@ void Scheduler::State::publish() {
   snap.running = static_cast<int>(running.size());
   snap.waiting = static_cast<int>(waiting.size());
   snap.kv_blocks_used = allocator->total_blocks() - allocator->free_blocks();
+  const EpTimings& ep = core->decoder->ep_timings();
+  snap.ep_comm_wait_seconds = ep.comm_wait_seconds;
+  snap.ep_exchange_seconds = ep.exchange_seconds;
+  snap.comm_overlap_ratio = ep.comm_overlap_ratio();
   const ExpertLoadStats& stats = *core->load_stats;
   for (size_t i = 0; i < snap.moe_layers.size(); ++i) {
     const auto& t = stats.tokens_per_expert(snap.moe_layers[i]);

@@ -186,6 +186,12 @@ ServerMetrics::ServerMetrics() {
                     "Tokens routed to their next-best live expert because an expert they chose was lost.");
   failover_ = &registry_.histogram("moe:failover_seconds",
                                    "Time from a rank failure's detection to serving on the survivors.", kRecoveryBuckets);
+  registry_.counter("moe:ep_comm_wait_seconds_total",
+                    "Time rank 0 was blocked on expert-parallel all-to-all exchanges (0 without EP).");
+  registry_.counter("moe:ep_exchange_seconds_total",
+                    "Time rank 0's expert-parallel exchanges took from issue to completion (0 without EP).");
+  registry_.gauge("moe:comm_overlap_ratio",
+                  "Fraction of the all-to-all time hidden behind expert compute: 1 - wait / exchange (--ep-overlap).");
 }
 
 void ServerMetrics::count_http(const std::string& endpoint, int status) {
@@ -225,6 +231,9 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
   registry_.counter("moe:rank_failures_total", "").set(static_cast<double>(s.ranks_lost));
   registry_.gauge("moe:lost_experts", "").set(static_cast<double>(s.lost_experts));
   registry_.counter("moe:degraded_tokens_total", "").set(static_cast<double>(s.degraded_tokens));
+  registry_.counter("moe:ep_comm_wait_seconds_total", "").set(s.ep_comm_wait_seconds);
+  registry_.counter("moe:ep_exchange_seconds_total", "").set(s.ep_exchange_seconds);
+  registry_.gauge("moe:comm_overlap_ratio", "").set(s.comm_overlap_ratio);
   {
     std::lock_guard<std::mutex> lock(recovery_mu_);
     for (; failovers_observed_ < s.failover_seconds.size(); ++failovers_observed_) {
