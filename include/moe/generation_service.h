@@ -119,6 +119,12 @@ struct ServiceSnapshot {
   int64_t lost_experts = 0;     // (layer, expert) pairs with no live replica now (tokens rerouted)
   int64_t degraded_tokens = 0;  // token routings (summed over MoE layers) sent to a next-best expert: one they chose was lost
   std::vector<double> failover_seconds{};  // each failover: recover() called -> survivors' placement adopted
+  // Per-link traffic of the expert-parallel all-to-all (dispatch + combine rows) since
+  // start-up, as rank 0 (the serving rank, EP rank 0) sees it: link_bytes_sent[d] bytes
+  // it sent to EP rank d, link_bytes_received[s] bytes it received from EP rank s
+  // (index 0: rows it kept). Links between two other ranks are in --trace files only.
+  // Empty without EP or before the first exchange.
+  std::vector<int64_t> link_bytes_sent{}, link_bytes_received{};
 };
 
 // GET /health's answer: what state serving is in. Thread-safe and never blocks on a

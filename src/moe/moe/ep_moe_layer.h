@@ -35,6 +35,7 @@
 #include "moe/moe/topk_routing.h"
 #include "moe/placement/expert_placement.h"
 #include "moe/status.h"
+#include "moe/trace/trace_recorder.h"
 
 namespace moe {
 
@@ -80,6 +81,14 @@ struct EpTimings {
   double exchange_seconds = 0;    // total time of dispatch+combine exchanges, start to finish
   int64_t calls = 0;
   int64_t bytes_sent = 0;
+  // Per-link traffic of the flat exchange (dispatch + combine), summed over calls:
+  // [comm size] bytes this rank sent to / received from each rank of ctx.comm (its own
+  // index: rows it kept, a local copy). Sized on the first call; sum(bytes_to_rank) ==
+  // bytes_sent. The hierarchical exchange counts bytes_sent only.
+  std::vector<int64_t> bytes_to_rank, bytes_from_rank;
+  // Per-step spans (router, dispatch, waits, expert compute, combine) and per-link bytes
+  // go here when set (not owned; null = tracing off).
+  TraceRecorder* trace = nullptr;
 };
 
 struct EpWorkspace;  // defined in ep_moe_layer.cc
