@@ -15,7 +15,10 @@ namespace {
 std::string document(const std::string& events, int ranks, const std::vector<int64_t>& dropped) {
   std::string out = R"({"traceEvents":[)" + events + R"(],"displayTimeUnit":"ms","otherData":{"format":"moe-trace","version":1,"ranks":)" +
                     std::to_string(ranks) + R"(,"dropped_events":[)";
-  for (size_t i = 0; i < dropped.size(); ++i) out += (i ? "," : "") + std::to_string(dropped[i]);
+  for (size_t i = 0; i < dropped.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(dropped[i]);
+  }
   return out + "]}}\n";
 }
 
