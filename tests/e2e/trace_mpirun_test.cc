@@ -100,6 +100,12 @@ TEST(TraceMpirun, GenerateWritesOneMergedTraceThatSummarizes) {
   EXPECT_NE(bad_max.output.find("--trace-max-events must be >= 1"), std::string::npos) << bad_max.output;
 }
 
+TEST(TraceMpirun, SuperviseRefusesTrace) {
+  auto r = run_command(moe_binary() + " serve --supervise --trace /tmp/never-written.json");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--trace is not available with --supervise"), std::string::npos) << r.output;
+}
+
 TEST(TraceMpirun, ServeMetricsLinkBytesEqualTheTrace) {
   const std::string dir = testing::make_temp_dir("trace_mpirun");
   const std::string trace = dir + "/serve.json";
