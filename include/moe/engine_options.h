@@ -121,6 +121,14 @@ struct EngineOptions {
   // DeepSeek-expert-shaped matrices on our CPUs (the FP8 decode is compute-bound on one
   // core); native is the choice when memory is the limit (a model that fits only in FP8).
   Fp8Mode fp8_mode = Fp8Mode::kDequant;
+  // Per-step trace (`--trace FILE`, docs/tracing.md): empty = off; else every rank
+  // records its spans (attention, router, dispatch, expert compute, combine, waits) and
+  // per-link bytes, and Engine::write_trace() gathers them to rank 0, which writes this
+  // Chrome trace-event JSON file. Rank 0 checks at open that its directory exists.
+  // trace_max_events (>= 1) events are kept per rank (40 bytes each, allocated at open);
+  // later ones are dropped and counted in the file.
+  std::string trace_path{};
+  int64_t trace_max_events = 1000000;
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

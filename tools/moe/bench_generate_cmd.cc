@@ -32,6 +32,7 @@ struct BenchFlags {
   bool batch_invariant = false;
   std::string fp8 = "dequant";
   std::string kv_dtype = "f32";  // EngineOptions::kv_dtype (issue 18 part B)
+  std::string trace;  // --trace: the first engine's runs (h-trace)
 };
 
 struct Stats {
@@ -95,6 +96,7 @@ int run_bench(const BenchFlags& f) {
     eo.mla_attention = path;
     eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
     eo.kv_dtype = f.kv_dtype;
+    if (engines.empty()) eo.trace_path = f.trace;  // the first path's runs
     auto engine_or = Engine::open(eo);
     if (!engine_or.ok()) return fail(engine_or.status().message());
     engines.push_back(std::move(engine_or).value());
@@ -182,6 +184,11 @@ int run_bench(const BenchFlags& f) {
     }
   }
 
+  if (!f.trace.empty()) {
+    Status st = engines.front()->write_trace();
+    if (!st.ok()) return fail("--trace: " + st.message());
+    std::fprintf(stderr, "wrote trace %s\n", f.trace.c_str());
+  }
   std::fprintf(stderr, "measuring memory read bandwidth...\n");
   std::printf("\ndecode bandwidth bound: %.1f MB of weights read per decode token\n",
               info.decode_bytes_per_token / 1e6);
@@ -234,6 +241,9 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_flag("--batch-invariant", f->batch_invariant,
                "Batch-invariant kernels (as `moe serve` uses): GEMV for prefill instead of sgemm");
   app.add_option("--bw-buffer-mb", f->bw_buffer_mb, "Buffer for the bandwidth probe (MiB)")->capture_default_str();
+  app.add_option("--trace", f->trace,
+                 "Write a per-step trace (Chrome trace-event JSON, docs/tracing.md) of every run (warm-up included) "
+                 "of the first --mla-attention path; summarize with `moe trace summarize`");
   return [f] { return run_bench(*f); };
 }
 

@@ -30,6 +30,8 @@ RunFn add_bench_tokenizer_command(CLI::App& bench);
 RunFn add_placement_command(CLI::App& placement);
 // `stats show|plot` (registers both subcommands on `stats`).
 RunFn add_stats_command(CLI::App& stats);
+// `trace summarize` (a --trace file: slow steps, waits, bytes per link, hot experts).
+RunFn add_trace_command(CLI::App& trace);
 // `ckpt convert|save|restore|verify|info|gc` (the per-expert checkpoint store).
 RunFn add_ckpt_command(CLI::App& ckpt);
 // `plan`: the strategy planner's ranked table (src/moe/planner); `plan calibrate`

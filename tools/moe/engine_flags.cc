@@ -117,10 +117,23 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
       ->capture_default_str();
   // YAML config (issue 16): --config FILE.yaml; its values reach the flags above in main().
   add_config_flag(app, &f->config_file);
+  // --- Per-step traces (issue 16, h-trace): docs/tracing.md ---
+  app.add_option("--trace", f->options.trace_path,
+                 "Write a per-step trace (Chrome trace-event JSON, open in https://ui.perfetto.dev): spans per rank "
+                 "(attention, router, dispatch, expert compute, combine, waits) and bytes per rank pair; gathered to "
+                 "rank 0 at the end. Summarize with `moe trace summarize FILE`");
+  app.add_option("--trace-max-events", f->options.trace_max_events,
+                 "Events kept per rank with --trace (40 bytes each, allocated at start; later ones are dropped and "
+                 "counted in the file)")
+      ->capture_default_str();
+  // --- end per-step traces ---
 }
 
 std::string check_engine_flags(const EngineFlags& f) {
   const EngineOptions& o = f.options;
+  if (o.trace_max_events < 1) {  // per-step traces (h-trace)
+    return "--trace-max-events must be >= 1 (got " + std::to_string(o.trace_max_events) + ")";
+  }
   if (f.fp8 != "native" && f.fp8 != "dequant") return "--fp8 must be native or dequant (got '" + f.fp8 + "')";
   if (o.num_threads < 0) return "--threads must be >= 0 (got " + std::to_string(o.num_threads) + ")";
   // Far past the machine's hardware threads only slows the kernels, and the OpenMP
@@ -242,6 +255,14 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   launch.command = command;
   if (launch.tp > 1 && !f.ep_given()) launch.ep = 0;  // the EP size follows from mpirun's ranks
   return launch_engine(options, launch);
+}
+
+// Per-step traces (h-trace).
+int write_trace_or_fail(Engine& engine, int rank, const std::string& path) {
+  Status st = engine.write_trace();
+  if (!st.ok()) return fail_rank(rank, st.with_context("--trace"));
+  if (rank == 0 && !path.empty()) std::fprintf(stderr, "wrote trace %s\n", path.c_str());
+  return 0;
 }
 
 }  // namespace moe::cli

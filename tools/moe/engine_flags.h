@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "moe/engine.h"
 #include "moe/engine_options.h"
 #include "moe/launch.h"
 #include "moe/status.h"
@@ -63,5 +64,10 @@ std::string requested_comm_backend(int argc, char** argv);
 // (include/moe/launch.h; collective under mpirun). `command` ("generate", "serve") is
 // named in the hint for a missing mpirun.
 StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const std::string& command);
+
+// --trace (h-trace): Engine::write_trace() (collective: every rank, after run_worker()
+// returned or, on rank 0, after stop_workers()); prints where it wrote on rank 0. 0, or
+// fail_rank()'s 1.
+int write_trace_or_fail(Engine& engine, int rank, const std::string& path);
 
 }  // namespace moe::cli

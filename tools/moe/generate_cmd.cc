@@ -35,6 +35,8 @@ struct GenerateFlags {
   std::string stats_out;
 };
 
+int generate_on_rank0(const GenerateFlags& f, Engine& engine, int num_ranks, bool expert_parallel);
+
 int run_generate(const GenerateFlags& f) {
   if (f.prompt.empty()) return fail("--prompt is empty; give the text to continue");
   if (f.max_tokens < 0) return fail("--max-tokens must be >= 0 (got " + std::to_string(f.max_tokens) + ")");
@@ -57,20 +59,31 @@ int run_generate(const GenerateFlags& f) {
   if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return fail(bad);
   auto opened = launch_engine_from_flags(f.engine, "generate");
   if (!opened.ok()) return fail_rank(-1, opened.status());
-  const bool expert_parallel = opened.value().comm != nullptr;
   const int num_ranks = opened.value().num_ranks;
   auto& engine = opened.value().engine;
   const int rank = opened.value().rank;
   if (rank != 0) {
     Status st = engine->run_worker();
     if (!st.ok()) return fail_rank(rank, st);
-    return 0;
+    return write_trace_or_fail(*engine, rank, f.engine.options.trace_path);
   }
-  // Rank 0 (or the only process) generates; workers are released when it returns.
-  struct StopWorkers {
-    Engine* e;
-    ~StopWorkers() { (void)e->stop_workers(); }
-  } stop_workers{engine.get()};
+  // Rank 0 (or the only process) generates; workers are released when it returns, then
+  // every rank joins the trace's gather (--trace).
+  int rc = 0;
+  {
+    struct StopWorkers {
+      Engine* e;
+      ~StopWorkers() { (void)e->stop_workers(); }
+    } stop_workers{engine.get()};
+    rc = generate_on_rank0(f, *engine, num_ranks, opened.value().comm != nullptr);
+  }
+  const int trace_rc = write_trace_or_fail(*engine, rank, f.engine.options.trace_path);
+  return rc != 0 ? rc : trace_rc;
+}
+
+int generate_on_rank0(const GenerateFlags& f, Engine& engine_ref, int num_ranks, bool expert_parallel) {
+  Engine* engine = &engine_ref;
+  const int rank = 0;
   if (f.max_tokens > engine->info().max_context) {
     return fail("--max-tokens " + std::to_string(f.max_tokens) + " exceeds the model's context of " +
                 std::to_string(engine->info().max_context) + " tokens");

@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
   auto run_placement = moe::cli::add_placement_command(*placement);
   auto* stats = app.add_subcommand("stats", "Per-expert load statistics: show a table, plot a heatmap");
   auto run_stats = moe::cli::add_stats_command(*stats);
+  auto* trace = app.add_subcommand("trace", "Per-step traces of --trace: summarize (why a step was slow)");
+  auto run_trace = moe::cli::add_trace_command(*trace);
   auto* ckpt = app.add_subcommand("ckpt", "Per-expert checkpoint store: convert, save, restore, verify, info, gc");
   auto run_ckpt = moe::cli::add_ckpt_command(*ckpt);
   auto* info = app.add_subcommand("info", "Model size: parameters (total, active), KV cache per token, from config.json");
@@ -148,6 +150,7 @@ int main(int argc, char** argv) {
   if (bench_tokenizer->parsed()) return run_bench_tokenizer();
   if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
+  if (trace->parsed()) return run_trace();
   if (ckpt->parsed()) return run_ckpt();
   if (info->parsed()) return run_info();
   if (plan_calibrate->parsed()) return run_plan_calibrate();

@@ -88,6 +88,10 @@ void add_supervise_flags(CLI::App& app, ServeFlags* f) {
 }
 
 std::string check_supervise_flags(const ServeFlags& f) {
+  if ((f.supervise || !f.worker_endpoint.empty()) && !f.engine.options.trace_path.empty()) {
+    return "--trace is not available with --supervise (the worker group may be restarted mid-run, which would cut the "
+           "trace); run `moe serve --trace FILE` under mpirun without --supervise";
+  }
   if (!f.supervise) {
     for (const CLI::Option* o : f.supervise_only) {
       if (o->count() > 0) return "--" + o->get_lnames()[0] + " needs --supervise";

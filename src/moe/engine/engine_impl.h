@@ -25,6 +25,7 @@
 #include "moe/transformer/decoder.h"
 #include "moe/transformer/kv_cache.h"
 #include "moe/transformer/paged_kv_cache.h"
+#include "moe/trace/trace_recorder.h"
 
 namespace moe {
 
@@ -67,6 +68,8 @@ struct Engine::Impl final : EpStepRunner {
   std::unique_ptr<Rebalancer> rebalancer;  // under EP only
   std::unique_ptr<Failover> failover;      // under EP only (used when the communicator can re-form)
   std::unique_ptr<EpSession> session;
+  std::unique_ptr<TraceRecorder> trace;  // EngineOptions::trace_path set; the decoder records into it
+  std::string trace_path;
   EngineCore core;
 
   Impl() = default;

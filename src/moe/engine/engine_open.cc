@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <omp.h>
 #include <sys/stat.h>
 
@@ -372,6 +373,20 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   return ok_status();
 }
 
+// --trace: a positive event budget; rank 0 (the writer) needs the file's directory.
+Status check_trace_options(const EngineOptions& options, int rank) {
+  if (options.trace_path.empty()) return ok_status();
+  if (options.trace_max_events < 1) {
+    return invalid_argument("trace_max_events must be >= 1 (got " + std::to_string(options.trace_max_events) + ")");
+  }
+  const std::filesystem::path dir = std::filesystem::path(options.trace_path).parent_path();
+  std::error_code ec;
+  if (rank == 0 && !dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+    return invalid_argument("trace file " + options.trace_path + ": directory " + dir.string() + " does not exist");
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
@@ -385,6 +400,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   // The TP and EP groups (collective; its errors are the same on every rank).
   MOE_RETURN_IF_ERROR(open_parallel_groups(options, impl.get()));
   Status local = open_local(options, impl.get());
+  if (local.ok()) local = check_trace_options(options, impl->comm == nullptr ? 0 : impl->comm->rank());
   if (impl->comm != nullptr) {
     const uint64_t fp = local.ok() ? model_fingerprint(*impl->source, impl->weights) : 0;
     MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
@@ -436,6 +452,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                                                                    : MlaPath::kAuto;
   impl->decoder = std::make_unique<Decoder>(impl->run_config(), impl->run_weights(), decoder_options);
   impl->decoder->set_capacity(impl->capacity);
+  if (!options.trace_path.empty()) {
+    impl->trace = std::make_unique<TraceRecorder>(impl->comm ? impl->comm->rank() : 0, options.trace_max_events);
+    impl->trace_path = options.trace_path;
+    impl->decoder->set_trace(impl->trace.get());
+  }
   ExpertLoadStats* stats = impl->load_stats.get();
   impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {
     stats->record_step(layer, counts.tokens_per_expert.data(), counts.dropped, counts.rerouted, counts.degraded_tokens,

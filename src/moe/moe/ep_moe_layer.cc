@@ -8,6 +8,7 @@
 #include "moe/core/check.h"
 #include "moe/core/clock.h"
 #include "moe/moe/ep_hierarchical.h"
+#include "moe/moe/ep_trace.h"
 #include "moe/moe/ep_workspace.h"
 #include "moe/moe/ep_wire.h"
 #include "moe/moe/router.h"
@@ -119,6 +120,8 @@ struct Ctx {
 
 // Layout, counts exchange, packed send buffer.
 Status prepare(Ctx& c, MicroBatch& mb, const float* x, const TopkRoutingView& routing) {
+  TraceRecorder* trace = c.timings ? c.timings->trace : nullptr;
+  TraceSpan span(trace, TraceName::kDispatch, c.ep.layer_id);
   const TopkRoutingView mine = routing.rows(mb.t0, mb.n);  // [n, top_k]
   Communicator& comm = *c.ep.comm;
   const int R = comm.size();
@@ -138,7 +141,9 @@ Status prepare(Ctx& c, MicroBatch& mb, const float* x, const TopkRoutingView& ro
     mb.send_rows.assign(static_cast<size_t>(R), -1);
   }
   mb.recv_rows.assign(static_cast<size_t>(R), 0);
+  const double counts_t0 = trace ? now_seconds() : 0;
   MOE_RETURN_IF_ERROR(comm.alltoall_int64(mb.send_rows.data(), mb.recv_rows.data()));
+  if (trace) trace->span(TraceName::kWait, c.ep.layer_id, counts_t0, now_seconds(), 0, int(TraceExchange::kCounts));
   if (!layout_status.ok()) return layout_status.with_context("rank " + std::to_string(comm.rank()));
   for (int r = 0; r < R; ++r) {
     if (mb.recv_rows[static_cast<size_t>(r)] < 0) {
@@ -166,7 +171,10 @@ Status prepare(Ctx& c, MicroBatch& mb, const float* x, const TopkRoutingView& ro
                 static_cast<size_t>(c.top_k) * sizeof(float));
   }
   grow(mb.recv_buf, static_cast<size_t>(mb.num_recv) * c.row_bytes + 1);
-  if (c.timings) c.timings->bytes_sent += static_cast<int64_t>(total_send * c.row_bytes);
+  if (c.timings) {
+    c.timings->bytes_sent += static_cast<int64_t>(total_send * c.row_bytes);
+    add_link_bytes(c.timings, c.ep.layer_id, mb.send_bytes, mb.recv_bytes);
+  }
   return ok_status();
 }
 
@@ -185,6 +193,11 @@ Status wait_request(Ctx& c, MicroBatch& mb) {
     const double t1 = now_seconds();
     c.timings->comm_wait_seconds += t1 - t0;
     c.timings->exchange_seconds += t1 - mb.started;
+    using P = MicroBatch::Phase;  // the exchange in flight, for the trace
+    const TraceExchange kind = mb.phase == P::kDispatch  ? TraceExchange::kDispatch
+                               : mb.phase == P::kCombine ? TraceExchange::kCombine
+                                                         : TraceExchange::kTensorParallel;
+    trace_wait(*c.timings, {c.ep.layer_id, static_cast<int>(&mb - c.ws->mb), kind, mb.started, t0, t1});
   }
   return st;
 }
@@ -236,7 +249,9 @@ void compute_rows(Ctx& c, MicroBatch& mb, int64_t n, float* y, const Pending& pe
   const double t0 = now_seconds();
   grouped_expert_ffn(MoeLayerArgs::f32(c.config, c.layer, mb.recv_x.data(), n, y),
                      TopkRoutingView{mb.recv_e.data(), mb.recv_w.data(), n, c.top_k}, &c.ws->experts);
-  if (c.timings) c.timings->compute_seconds += now_seconds() - t0;
+  const double t1 = now_seconds();
+  if (c.timings) c.timings->compute_seconds += t1 - t0;
+  if (c.timings && c.timings->trace) c.timings->trace->span(TraceName::kExpertCompute, c.ep.layer_id, t0, t1);
   c.ws->experts.progress = nullptr;
   pending.poke();
 }
@@ -319,6 +334,7 @@ Status finish_tp_scatter(Ctx& c, MicroBatch& mb) {
 }
 
 Status start_combine(Ctx& c, MicroBatch& mb) {
+  TraceSpan span(c.timings ? c.timings->trace : nullptr, TraceName::kCombine, c.ep.layer_id);
   const int R = c.ep.comm->size();
   const size_t out_row = static_cast<size_t>(c.hidden) * c.act_bytes;
   mb.back_send_bytes.resize(static_cast<size_t>(R));
@@ -333,13 +349,17 @@ Status start_combine(Ctx& c, MicroBatch& mb) {
   mb.started = now_seconds();
   MOE_ASSIGN_OR_RETURN(mb.request, c.ep.comm->ialltoallv(send, mb.back_send_bytes, mb.back_recv_buf.data(),
                                                          mb.back_recv_bytes));
-  if (c.timings) c.timings->bytes_sent += static_cast<int64_t>(mb.num_recv * out_row);
+  if (c.timings) {
+    c.timings->bytes_sent += static_cast<int64_t>(mb.num_recv * out_row);
+    add_link_bytes(c.timings, c.ep.layer_id, mb.back_send_bytes, mb.back_recv_bytes);
+  }
   return ok_status();
 }
 
 // Sums the returned partial results into out, rank by rank (ascending).
 Status finish_combine(Ctx& c, MicroBatch& mb, float* out) {
   MOE_RETURN_IF_ERROR(wait_request(c, mb));
+  TraceSpan span(c.timings ? c.timings->trace : nullptr, TraceName::kCombine, c.ep.layer_id);
   const size_t out_row = static_cast<size_t>(c.hidden) * c.act_bytes;
   std::vector<float>& tmp = c.ws->row;
   if (tmp.size() < static_cast<size_t>(c.hidden)) tmp.resize(static_cast<size_t>(c.hidden));

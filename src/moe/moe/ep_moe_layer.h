@@ -38,6 +38,7 @@
 #include "moe/moe/topk_routing.h"
 #include "moe/placement/expert_placement.h"
 #include "moe/status.h"
+#include "moe/trace/trace_recorder.h"
 
 namespace moe {
 
@@ -92,6 +93,14 @@ struct EpTimings {
   // exchange (0 with blocking exchanges, which are waited on at once; 0 when no
   // exchange ran), clamped to [0, 1].
   double comm_overlap_ratio() const;
+  // Per-link traffic of the flat exchange (dispatch + combine), summed over calls:
+  // [comm size] bytes this rank sent to / received from each rank of ctx.comm (its own
+  // index: rows it kept, a local copy). Sized on the first call; sum(bytes_to_rank) ==
+  // bytes_sent. The hierarchical exchange counts bytes_sent only.
+  std::vector<int64_t> bytes_to_rank, bytes_from_rank;
+  // Per-step spans (router, dispatch, waits, expert compute, combine) and per-link bytes
+  // go here when set (not owned; null = tracing off).
+  TraceRecorder* trace = nullptr;
 };
 
 // The most micro-batches EpOptions::micro_batches takes.

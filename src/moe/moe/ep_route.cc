@@ -3,7 +3,9 @@
 // runs the exchanges of ep_moe_layer.cc.
 #include <string>
 
+#include "moe/core/clock.h"
 #include "moe/moe/ep_moe_layer.h"
+#include "moe/moe/ep_trace.h"
 #include "moe/moe/ep_workspace.h"
 #include "moe/moe/router.h"
 
@@ -51,7 +53,10 @@ StatusOr<TopkRoutingView> ep_route_tokens(const MoeLayerArgs& args, const EpCont
 
 Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws, EpTimings* timings) {
   MOE_RETURN_IF_ERROR(check_expert_tp(ctx));  // before the routing's exchanges
+  TraceRecorder* trace = timings ? timings->trace : nullptr;
+  const double t0 = trace ? now_seconds() : 0;
   MOE_ASSIGN_OR_RETURN(const TopkRoutingView routing, ep_route_tokens(args, ctx, ws));
+  if (trace) trace->span(TraceName::kRouter, ctx.layer_id, t0, now_seconds());
   return ep_moe_forward_routed(args, routing, ctx, ws, timings);
 }
 

@@ -248,6 +248,17 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
           .set(static_cast<double>(s.expert_tokens[i][e]));
     }
   }
+  // Per-link all-to-all bytes (rank 0's links: sent 0 -> d, received s -> 0).
+  auto link = [&](size_t src, size_t dst, int64_t bytes) {
+    registry_
+        .counter("moe:ep_link_bytes_total",
+                 "Bytes of expert-parallel all-to-all rows (dispatch + combine) from rank src to rank dst; rank 0's "
+                 "links (src = dst = 0: rows it kept).",
+                 {{"src", std::to_string(src)}, {"dst", std::to_string(dst)}})
+        .set(static_cast<double>(bytes));
+  };
+  for (size_t d = 0; d < s.link_bytes_sent.size(); ++d) link(0, d, s.link_bytes_sent[d]);
+  for (size_t r = 1; r < s.link_bytes_received.size(); ++r) link(r, 0, s.link_bytes_received[r]);
   render_vllm(s);
   return registry_.render();
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "moe/core/check.h"
+#include "moe/core/clock.h"
 #include "moe/model/tp_shard.h"
 #include "moe/ops/linear.h"
 #include "moe/ops/norm.h"
@@ -83,7 +84,24 @@ Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, K
   return run_chunk(tokens, m, start_pos, cache, logits);
 }
 
+double Decoder::trace_step_begin() {
+  if (trace_ == nullptr) return 0;
+  trace_->begin_step();
+  return now_seconds();
+}
+
+void Decoder::trace_step_end(double t0, int64_t m) {
+  if (trace_ != nullptr) trace_->step_span(t0, now_seconds(), m);
+}
+
 Status Decoder::run_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+  const double t0 = trace_step_begin();
+  Status st = run_chunk_rows(tokens, m, start_pos, cache, logits);
+  trace_step_end(t0, m);
+  return st;
+}
+
+Status Decoder::run_chunk_rows(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
   if (m == 0) return join_exchanges();
   const RowSegment seg{0, m, start_pos, nullptr};
   MOE_RETURN_IF_ERROR(forward_rows(tokens, AttentionBatch{&seg, 1, cache, nullptr}, m));
@@ -103,6 +121,7 @@ Status Decoder::join_exchanges() {
       MOE_RETURN_IF_ERROR(moe_block_->forward_fused(l, TensorView(), TensorView()));
       continue;
     }
+    TraceSpan span(trace_, TraceName::kMoe, l);
     if (ep_ != nullptr) MOE_RETURN_IF_ERROR(moe_block_->forward(l, TensorView(), TensorView()));
   }
   return ok_status();
@@ -128,6 +147,14 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
 
 Status Decoder::run_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m,
                           int64_t num_logits) {
+  const double t0 = trace_step_begin();
+  Status st = run_batch_rows(segments, cache, m, num_logits);
+  trace_step_end(t0, m);
+  return st;
+}
+
+Status Decoder::run_batch_rows(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m,
+                               int64_t num_logits) {
   if (m == 0) return join_exchanges();
   segments_.clear();
   batch_tokens_.clear();
@@ -185,8 +212,12 @@ Status Decoder::forward_rows(const int* tokens, const AttentionBatch& batch, int
   MOE_RETURN_IF_ERROR(embed(tokens, m, x));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-    rms_norm(x, vec_view(L.input_norm), eps, h);
-    attention_->forward(l, h, batch, out);
+    {
+      TraceSpan span(trace_, TraceName::kAttention, l);
+      rms_norm(x, vec_view(L.input_norm), eps, h);
+      attention_->forward(l, h, batch, out);
+    }
+    TraceSpan span(trace_, TraceName::kMoe, l);
     if (tp_.comm != nullptr && tp_.fused_moe && c.is_moe_layer(l)) {
       // MixServe's fused block (mlp_blocks.h): RS(out) -> x += -> norm -> route -> A2A ->
       // AG / experts / RS -> A2A -> AG(x), in place of AR + MoE + AR.

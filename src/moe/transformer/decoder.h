@@ -131,6 +131,13 @@ class Decoder {
   // Capacity policy of the single-process MoE layer (under EP: ep->options.capacity).
   void set_capacity(const CapacityOptions& capacity) { moe_block_->set_capacity(capacity); }
   const EpTimings& ep_timings() const { return moe_block_->ep_timings(); }
+  // Per-step tracing (`--trace`): each forward (a step; on every rank, joins included)
+  // records its span, each layer's attention and feed-forward spans, and the EP layers'
+  // spans, bytes and expert counts (MoeBlock::set_trace). Not owned; null = off.
+  void set_trace(TraceRecorder* trace) {
+    trace_ = trace;
+    moe_block_->set_trace(trace);
+  }
 
   static constexpr int64_t kMaxChunk = 512;
 
@@ -141,6 +148,9 @@ class Decoder {
   // forward_chunk / forward_batch after the driver's broadcast.
   Status run_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits);
   Status run_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m, int64_t num_logits);
+  // The same without the step's trace span.
+  Status run_chunk_rows(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits);
+  Status run_batch_rows(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m, int64_t num_logits);
   // m == 0: join the layers' exchanges (MoE; fused: the TP group's too).
   Status join_exchanges();
   // Embedding rows of `tokens` into x [m, hidden] (vocab-parallel under TP).
@@ -173,6 +183,11 @@ class Decoder {
   std::vector<int> batch_tokens_;     // capacity max_tokens
   std::vector<RowSegment> segments_;  // capacity max_segments
   std::function<Status(int64_t)> chunk_hook_;
+  TraceRecorder* trace_ = nullptr;
+  // Starts a traced step of m tokens (returns its start time; 0 when tracing is off) and
+  // ends it (records its span).
+  double trace_step_begin();
+  void trace_step_end(double t0, int64_t m);
   // Tensor parallelism: local logits padded to ceil(vocab / tp) columns, all of them
   // gathered; a follower's received batch and scratch logits. Grow only.
   std::vector<float> tp_local_logits_, tp_gathered_logits_;
