@@ -8,7 +8,8 @@
 # Usage: tools/bench/planner_validate.sh [MODEL_DIR ...]
 #   default models: /work/models/bench-mixtral-579m /work/models/bench-deepseek-v3-500m
 #   env: MOE (binary, default ./build/moe), BATCH (8), INPUT_LEN (64), OUTPUT_LEN (32),
-#        THREADS (1 per rank), ROUNDS (2: interleaved repeats, median taken)
+#        THREADS (1 per rank), ROUNDS (2: interleaved repeats, median taken),
+#        DP_BATCH (8: prompts of the DP-attention vs driver-only table; 0 = skip it)
 # The measured figure is (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN of one generate (ms per
 # output step, prefill included); the prediction is the same quantity,
 # (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN, with --driver-attention (attention runs on the
@@ -89,5 +90,60 @@ if rows:
           f"{choice[0] if choice else '-'} ({choice[2]:.2f} ms measured) -> {'OK' if within else 'NOT within 5%'}")
     worst = max((abs(r[3]) for r in rows if r[1]), default=float("nan"))
     print(f"max |error| {worst:.1f}% ({'within' if worst <= 15 else 'outside'} the 15% target)")
+PY
+  [ "${DP_BATCH:-8}" -gt 0 ] || continue
+  # DP-attention against driver-only attention: DP_BATCH prompts generated together
+  # (moe generate --prompts-file, continuous batching; the scheduler spreads them over the
+  # groups), ms per step = the batch's seconds / OUTPUT_LEN; predicted with --batch
+  # DP_BATCH, --driver-attention for the driver-only rows and without it for DP.
+  B=${DP_BATCH:-8}
+  for ((i = 0; i < B; i++)); do echo "$PROMPT $i"; done > "$out/prompts.txt"
+  bcommon=(--model "$model/config.json" --batch "$B" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN"
+           --activation-bytes 4 --kv-bytes 4 --prefill-chunk 512 --json)
+  "$MOE" plan "${bcommon[@]}" --driver-attention --profile "$out/profile.json" --nodes 2 --devices-per-node 2 > "$out/bplan_drv.json"
+  "$MOE" plan "${bcommon[@]}" --profile "$out/profile.json" --nodes 2 --devices-per-node 2 > "$out/bplan_dp.json"
+  echo "== $model: DP-attention vs driver-only, batch of $B prompts"
+  : > "$out/bmeasured"
+  dstrategies=("ep4 1 4 off off" "ep4-dp 1 4 off on" "hybrid-ar 2 2 off off" "hybrid-ar-dp 2 2 off on"
+               "hybrid-fused 2 2 on off" "hybrid-fused-dp 2 2 on on")
+  for ((round = 1; round <= ROUNDS; round++)); do
+    for s in "${dstrategies[@]}"; do
+      read -r name tp ep fused dp <<< "$s"
+      line=$("${MPI[@]}" "$MOE" generate --model "$model" --prompts-file "$out/prompts.txt" --max-tokens "$OUTPUT_LEN" \
+               --temperature 0 --threads "$THREADS" --tp "$tp" --ep "$ep" --fused-moe "$fused" --dp-attention "$dp" \
+               --ranks-per-node 2 2>&1 >/dev/null | grep '^\[batch ' | tail -1) || true
+      # "[batch N prompts, P prompt tokens, G tokens generated in S s, R tok/s]"
+      secs=$(echo "$line" | sed -E 's/.* in ([0-9.]+) s.*/\1/')
+      [ -n "$line" ] && echo "$name $tp $ep $fused $dp $secs" >> "$out/bmeasured" || echo "  $name: run failed" >&2
+    done
+  done
+  python3 - "$out" "$OUTPUT_LEN" <<'PY'
+import json, statistics, sys
+d, O = sys.argv[1], int(sys.argv[2])
+plans = {False: json.load(open(f"{d}/bplan_drv.json")), True: json.load(open(f"{d}/bplan_dp.json"))}
+def predicted(tp, ep, fused, dp):
+    plan = plans[dp]
+    for i, r in enumerate(plan["feasible"]):
+        s = r["strategy"]
+        if (s["attention_tp"], s["attention_dp"], s["moe_tp"], s["moe_ep"], s["fused"]) == (tp, 4 // tp, tp, ep, fused) \
+                or (tp == 1 and (s["attention_tp"], s["moe_tp"], s["moe_ep"]) == (1, 1, ep)):
+            return (r["ttft_ms"] + O * r["tpot_ms"]) / O, i + 1
+    return None, None
+meas = {}
+for line in open(f"{d}/bmeasured"):
+    name, tp, ep, fused, dp, secs = line.split()
+    meas.setdefault((name, int(tp), int(ep), fused == "on", dp == "on"), []).append(float(secs) * 1e3 / O)
+print(f"{'strategy':<16} {'pred ms/step':>12} {'meas ms/step':>12} {'error %':>8}")
+med = {}
+for (name, tp, ep, fused, dp), v in meas.items():
+    m = statistics.median(v)
+    med[name] = m
+    p, _ = predicted(tp, ep, fused, dp)
+    err = (p - m) / m * 100 if p else float("nan")
+    print(f"{name:<16} {p if p else float('nan'):>12.2f} {m:>12.2f} {err:>8.1f}")
+for name in [n for n in med if n.endswith("-dp")]:
+    base = name[:-3]
+    if base in med:
+        print(f"{name} / {base}: {med[name] / med[base]:.2f}x the step time")
 PY
 done
