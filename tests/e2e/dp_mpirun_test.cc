@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "contains_util.h"
+#include "safetensors_util.h"
 #include "serve_process.h"
 #include "test_util.h"
 
