@@ -65,6 +65,33 @@ int run_generate_batch(Engine& engine, const GenerateBatchInput& in) {
   std::condition_variable cv;
   std::vector<Output> out(static_cast<size_t>(n));
   int done = 0;
+  // A one-token warm-up step outside the timing: every rank's KV pool (the scheduler's on
+  // rank 0, each DP-attention group's on first use) is allocated and touched here.
+  {
+    SeqRequest warm;
+    warm.prompt_token_ids = {engine.tokenize(in.prompts[0]).front()};
+    warm.max_tokens = 1;
+    warm.sampling.temperature = 0;
+    bool warm_done = false;
+    auto id = (*sched)->submit(warm, [&](SeqEvent&& ev) {
+      if (!ev.finished) return;
+      std::lock_guard<std::mutex> lock(mu);
+      warm_done = true;
+      cv.notify_all();
+    });
+    if (!id.ok()) return fail(id.status().message());
+    std::thread stop_warm([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return warm_done; });
+      (*sched)->shutdown(0);
+    });
+    const Status st = (*sched)->run();
+    stop_warm.join();
+    if (!st.ok()) return fail(st.message());
+    engine.clear_expert_load_stats();
+  }
+  sched = Scheduler::create(&engine, so);
+  if (!sched.ok()) return fail(sched.status().message());
   const double t0 = now_seconds();
   for (int i = 0; i < n; ++i) {
     SeqRequest r;

@@ -143,9 +143,10 @@ Status Decoder::dp_follow(const TpFollowerCaches& caches) {
   for (int32_t t : dp_tables_) {
     if (t < 0 || t >= b) return invalid_argument("dp_follow: block id " + std::to_string(t) + " out of range");
   }
-  PagedKVCache* cache = nullptr;
+  // Made on the first batch even without tokens of this group (so that a warm-up step
+  // allocates every group's pool, and its TP followers' with it).
+  PagedKVCache* cache = a > 0 && caches.paged ? caches.paged(a, b) : nullptr;
   if (my_tokens > 0) {
-    cache = caches.paged ? caches.paged(a, b) : nullptr;
     if (cache == nullptr) {
       return failed_precondition("dp_follow: no paged KV cache of " + std::to_string(b) + " blocks of " +
                                  std::to_string(a));
