@@ -55,8 +55,9 @@ struct BatchRun {
 };
 
 BatchRun generate_batch(const std::string& prefix, const std::string& model, const std::string& extra) {
-  auto r = run_command(prefix + moe_binary() + " --log-level info generate --model " + sh_quote(model) + " --prompts-file " +
-                       sh_quote(prompts_file()) + " --max-tokens 10 --temperature 0 --threads 1 --format json " + extra);
+  auto r = run_command(prefix + moe_binary() + " --log-level info generate --model " + sh_quote(model) +
+                       " --prompts-file " + sh_quote(prompts_file()) +
+                       " --max-tokens 10 --temperature 0 --threads 1 --format json " + extra);
   BatchRun out;
   out.exit_code = r.exit_code;
   out.output = r.output;

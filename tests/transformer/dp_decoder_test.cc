@@ -114,7 +114,9 @@ struct Caches {
       return kv.get();
     };
     c.paged = [this, shape, &local](int64_t block_size, int64_t num_blocks) {
-      if (!paged) paged = std::make_unique<PagedKVCache>(local.num_hidden_layers, shape, static_cast<int>(block_size), num_blocks);
+      if (!paged) {
+        paged = std::make_unique<PagedKVCache>(local.num_hidden_layers, shape, static_cast<int>(block_size), num_blocks);
+      }
       return paged.get();
     };
     return c;

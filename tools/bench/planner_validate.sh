@@ -9,7 +9,8 @@
 #   default models: /work/models/bench-mixtral-579m /work/models/bench-deepseek-v3-500m
 #   env: MOE (binary, default ./build/moe), BATCH (8), INPUT_LEN (64), OUTPUT_LEN (32),
 #        THREADS (1 per rank), ROUNDS (2: interleaved repeats, median taken),
-#        DP_BATCH (8: prompts of the DP-attention vs driver-only table; 0 = skip it)
+#        DP_BATCH (8: prompts of the DP-attention vs driver-only table; 0 = skip it),
+#        SINGLE (1; 0 = skip the one-prompt table, e.g. to rerun the batch table alone)
 # The measured figure is (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN of one generate (ms per
 # output step, prefill included); the prediction is the same quantity,
 # (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN, with --driver-attention (attention runs on the
@@ -34,17 +35,19 @@ for model in "${models[@]}"; do
   # Links per tier and the device, with compute/memory efficiency fitted to this model's own
   # prefill and decode (every rank at once, as under EP).
   echo "calibrating (4 ranks, 2 emulated nodes of 2)..." >&2
-  "${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 2 --threads "$THREADS" --model "$model" \
+  [ "${SINGLE:-1}" = 0 ] || "${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 2 --threads "$THREADS" --model "$model" \
       --prompt-tokens "$INPUT_LEN" --gen-tokens 16 --out "$out/profile.json" >&2
   # TP 4 runs as one node of 4 (a TP group stays inside a node); calibrate needs two nodes,
   # so its plan uses the same profile's intra-node tier for the 4-rank node.
   # The engine exchanges f32 activations and keeps an f32 KV cache by default.
   common=(--model "$model/config.json" --batch "$BATCH" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN" --driver-attention
           --activation-bytes 4 --kv-bytes 4 --prefill-chunk 512 --json)
+  if [ "${SINGLE:-1}" != 0 ]; then
   "$MOE" plan "${common[@]}" --profile "$out/profile.json" --nodes 2 --devices-per-node 2 > "$out/plan2.json"
   "$MOE" plan "${common[@]}" --profile "$out/profile.json" --nodes 1 --devices-per-node 4 > "$out/plan4.json" || echo '{"feasible": []}' > "$out/plan4.json"
+  fi
   : > "$out/measured"
-  for ((round = 1; round <= ROUNDS; round++)); do
+  for ((round = 1; round <= ROUNDS * ${SINGLE:-1}; round++)); do
     for s in "${strategies[@]}"; do
       read -r name tp ep fused rpn <<< "$s"
       # One request: TTFT from the prompt rate, TPOT from the decode rate (generate's summary).
@@ -56,7 +59,7 @@ for model in "${models[@]}"; do
       [ -n "$line" ] && echo "$name $tp $ep $fused $secs" >> "$out/measured" || echo "  $name: run failed" >&2
     done
   done
-  python3 - "$out" "$OUTPUT_LEN" <<'PY'
+  [ "${SINGLE:-1}" = 0 ] || python3 - "$out" "$OUTPUT_LEN" <<'PY'
 import json, statistics, sys
 d, O = sys.argv[1], int(sys.argv[2])
 plans = {2: json.load(open(f"{d}/plan2.json")), 4: json.load(open(f"{d}/plan4.json"))}
@@ -98,6 +101,11 @@ PY
   # DP_BATCH, --driver-attention for the driver-only rows and without it for DP.
   B=${DP_BATCH:-8}
   for ((i = 0; i < B; i++)); do echo "$PROMPT $i"; done > "$out/prompts.txt"
+  # The efficiencies refitted at this workload's prefill step (B x INPUT_LEN tokens, at most
+  # the 512-token chunk): GEMM efficiency grows with the rows of a step.
+  echo "calibrating at a $((B * INPUT_LEN > 512 ? 512 : B * INPUT_LEN))-token prefill..." >&2
+  "${MPI[@]}" "$MOE" plan calibrate --ranks-per-node 2 --threads "$THREADS" --model "$model" \
+      --prompt-tokens $((B * INPUT_LEN > 512 ? 512 : B * INPUT_LEN)) --gen-tokens 16 --out "$out/profile.json" >&2
   bcommon=(--model "$model/config.json" --batch "$B" --input-len "$INPUT_LEN" --output-len "$OUTPUT_LEN"
            --activation-bytes 4 --kv-bytes 4 --prefill-chunk 512 --json)
   "$MOE" plan "${bcommon[@]}" --driver-attention --profile "$out/profile.json" --nodes 2 --devices-per-node 2 > "$out/bplan_drv.json"

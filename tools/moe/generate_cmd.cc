@@ -35,19 +35,27 @@ struct GenerateFlags {
   std::string logits_out;
   std::string stats_out;
   std::string prompts_file;  // several prompts through the continuous-batching scheduler
+  const CLI::Option* prompt_option = nullptr;  // --prompt (required unless --prompts-file)
 };
 
 int run_generate(const GenerateFlags& f) {
   std::vector<std::string> batch_prompts;
   if (!f.prompts_file.empty()) {
-    if (!f.prompt.empty()) return fail("--prompt and --prompts-file exclude each other; give one");
+    if (f.prompt_option != nullptr && f.prompt_option->count() > 0) {
+      return fail("--prompt and --prompts-file exclude each other; give one");
+    }
     if (!f.logits_out.empty()) return fail("--logits-out is for one --prompt, not --prompts-file");
-    if (f.max_tokens < 1) return fail("--max-tokens must be >= 1 with --prompts-file (got " + std::to_string(f.max_tokens) + ")");
+    if (f.max_tokens < 1) {
+      return fail("--max-tokens must be >= 1 with --prompts-file (got " + std::to_string(f.max_tokens) + ")");
+    }
     auto prompts = read_prompts_file(f.prompts_file);
     if (!prompts.ok()) return fail(prompts.status().message());
     batch_prompts = std::move(prompts).value();
+  } else if (f.prompt_option == nullptr || f.prompt_option->count() == 0) {
+    std::fprintf(stderr, "error: --prompt is required (the text to continue), or --prompts-file FILE\n");
+    return 2;  // a usage error, as CLI11's for a missing required option
   } else if (f.prompt.empty()) {
-    return fail("--prompt is empty; give the text to continue (or --prompts-file)");
+    return fail("--prompt is empty; give the text to continue");
   }
   if (f.max_tokens < 0) return fail("--max-tokens must be >= 0 (got " + std::to_string(f.max_tokens) + ")");
   // Sampling flags are checked here, before loading the model, so the message names the flag.
@@ -195,7 +203,7 @@ int run_generate(const GenerateFlags& f) {
 
 RunFn add_generate_command(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
-  app.add_option("--prompt", f->prompt, "Text to continue");
+  f->prompt_option = app.add_option("--prompt", f->prompt, "Text to continue (required unless --prompts-file)");
   app.add_option("--prompts-file", f->prompts_file,
                  "Generate several prompts together (continuous batching; one per non-empty line, \\n for a "
                  "newline): one JSON line each with --format json; under --dp-attention spread over the groups");

@@ -58,7 +58,8 @@ Status Decoder::dp_drive_batch(const std::vector<BatchSegment>& segments, PagedK
   std::vector<int64_t> rows(static_cast<size_t>(groups), 0);  // logits rows each group returns
   for (const BatchSegment& s : segments) {
     if (s.n <= 0) continue;
-    const int64_t table = s.block_table != nullptr ? (s.start_pos + s.n + block_size - 1) / std::max<int64_t>(1, block_size) : 0;
+    const int64_t table =
+        s.block_table != nullptr ? (s.start_pos + s.n + block_size - 1) / std::max<int64_t>(1, block_size) : 0;
     const int64_t flags = (s.logits ? kWantsLogits : 0) | (s.all_logits ? kWantsAllLogits : 0);
     dp_body_.insert(dp_body_.end(), {s.dp_group, s.n, s.start_pos, table, flags});
     rows[static_cast<size_t>(s.dp_group)] += logits_rows(s.n, flags);
