@@ -130,6 +130,8 @@ TEST(DpMpirunErrors, RefusedByName) {
                "--dp-attention on needs --ep > 1 (got --ep 1)");
   expect_error(run_command(mpirun(2) + generate_cmd("--ep 2 --dp-attention on --rebalance-every 4 --comm-timeout 20")),
                "--rebalance-every is not supported with --dp-attention on");
+  expect_error(run_command(generate_cmd("--dp-attention on --comm-backend gloo")),
+               "--dp-attention on with --comm-backend gloo: failover cannot re-form the DP-attention groups");
   const auto bad = run_command(generate_cmd("--dp-attention maybe"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_CONTAINS(bad.output, "--dp-attention");

@@ -132,6 +132,13 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (f.dp_attention != "on" && f.dp_attention != "off") {
     return "--dp-attention must be on or off (got '" + f.dp_attention + "')";
   }
+  if (f.dp_attention == "on") {  // DP-attention: what it cannot do, before loading (the engine checks too)
+    if (f.launch.comm_backend == "gloo") {
+      return "--dp-attention on with --comm-backend gloo: failover cannot re-form the DP-attention groups; use "
+             "--comm-backend mpi";
+    }
+    if (o.rebalance_every > 0) return "--rebalance-every is not supported with --dp-attention on";
+  }
   if (f.launch.tp > 1) {
     // What would silently diverge across a TP group's ranks (or cannot re-form) is refused.
     const std::string tp = "--tp " + std::to_string(f.launch.tp);
