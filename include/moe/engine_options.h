@@ -43,6 +43,13 @@ struct EngineOptions {
   // reduce-scatter -> all-to-all -> all-gather instead of an all-reduce followed by the
   // all-to-all. No effect otherwise.
   bool fused_moe = true;
+  // DP-attention (issue 15; SGLang's and vLLM's data-parallel attention): each TP group
+  // (one per node; each rank without TP) runs attention for its own share of the
+  // scheduler's sequences, which keep their KV cache on that group; the MoE layers stay
+  // expert-parallel across the groups; logits return to rank 0. A single-sequence
+  // Engine::generate runs on rank 0's group. Needs comm and ep_size > 1; refused (naming
+  // --dp-attention) with --rebalance-every and with a backend that re-forms (gloo).
+  bool dp_attention = false;
   // Overlap of the MoE all-to-all with expert compute (issue 18): the tokens split into
   // micro-batches, pipelined (src/moe/moe/ep_moe_layer.h). Flat exchange only: with
   // a2a_hierarchical 1 Engine::open refuses it (InvalidArgument naming --ep-overlap);

@@ -31,6 +31,13 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "all-to-all -> all-gather (on), or an all-reduce then the all-to-all (off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  // DP-attention (issue 15): one attention replica per TP group, EP MoE across them.
+  app.add_option("--dp-attention", f->dp_attention,
+                 "on|off: each TP group (one per node; each rank without --tp) runs attention for its own share "
+                 "of the batch's sequences, with their KV cache; MoE stays expert-parallel across the groups "
+                 "(needs --ep > 1 under mpirun; off: the driver's group runs attention for all)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--ranks-per-node", f->launch.ranks_per_node,
                  "Emulate nodes of K consecutive ranks (0 = real nodes from MPI)")->capture_default_str();
   f->comm_timeout_option =
@@ -148,6 +155,16 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (f.launch.ep < 1) return "--ep must be >= 1 (got " + std::to_string(f.launch.ep) + ")";
   if (f.launch.tp < 1) return "--tp must be >= 1 (got " + std::to_string(f.launch.tp) + ")";
   if (f.fused_moe != "on" && f.fused_moe != "off") return "--fused-moe must be on or off (got '" + f.fused_moe + "')";
+  if (f.dp_attention != "on" && f.dp_attention != "off") {
+    return "--dp-attention must be on or off (got '" + f.dp_attention + "')";
+  }
+  if (f.dp_attention == "on") {  // DP-attention: what it cannot do, before loading (the engine checks too)
+    if (f.launch.comm_backend == "gloo") {
+      return "--dp-attention on with --comm-backend gloo: failover cannot re-form the DP-attention groups; use "
+             "--comm-backend mpi";
+    }
+    if (o.rebalance_every > 0) return "--rebalance-every is not supported with --dp-attention on";
+  }
   if (f.launch.tp > 1) {
     // What would silently diverge across a TP group's ranks (or cannot re-form) is refused.
     const std::string tp = "--tp " + std::to_string(f.launch.tp);
@@ -249,6 +266,7 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   options.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
   options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
   options.fused_moe = f.fused_moe == "on";
+  options.dp_attention = f.dp_attention == "on";  // DP-attention
   // Given alone, a capacity factor means --overflow-policy drop (resolved by the engine).
   if (f.capacity_given()) options.capacity_factor = f.capacity_factor;
   EpLaunchOptions launch = f.launch;

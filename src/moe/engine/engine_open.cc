@@ -445,8 +445,20 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     decoder_options.tp.driver_group = g.ep_rank == 0;
     decoder_options.tp.fused_moe = options.fused_moe && g.ep_size > 1;  // hybrid only
     impl->tp_follower = g.ep_rank == 0 && g.tp_rank > 0;
-    if (impl->tp_follower) make_follower_caches(impl.get());
   }
+  if (options.dp_attention) {
+    // Every TP group drives its own share; the DP group is TP rank 0 of every group.
+    const ParallelGroups& g = impl->groups;
+    decoder_options.tp.driver_group = true;
+    impl->tp_follower = g.tp_rank > 0;
+    if (g.tp_rank == 0) decoder_options.dp.comm = impl->ep_comm;
+    impl->dp_follower = g.tp_rank == 0 && impl->ep_comm->rank() > 0;
+    if (impl->comm->rank() == 0) {
+      MOE_LOG_INFO("DP-attention: {} attention groups of {} rank(s); sequences spread over them, MoE EP across",
+                   impl->ep_comm->size(), std::max(g.tp_size, 1));
+    }
+  }
+  if (impl->tp_follower || impl->dp_follower) make_follower_caches(impl.get());
   decoder_options.mla_path = options.mla_attention == "naive"      ? MlaPath::kNaive
                              : options.mla_attention == "absorbed" ? MlaPath::kAbsorbed
                                                                    : MlaPath::kAuto;
@@ -501,7 +513,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           .load_stats = impl->load_stats.get(),
                           .session = impl->session.get(),
                           .failover = impl->failover.get(),
-                          .kv_dtype = impl->kv_dtype};
+                          .kv_dtype = impl->kv_dtype,
+                          .dp_groups = impl->decoder->dp_groups()};
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

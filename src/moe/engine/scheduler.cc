@@ -41,6 +41,7 @@ struct Seq {
   int64_t prefill_len = 0;  // prompt + resumed tokens (SeqRequest.resume_token_ids): prefilled, then decodes
   int64_t cached = 0;       // tokens whose K/V are in the cache
   std::vector<int32_t> blocks;
+  int dp_group = 0;  // DP-attention: the group whose attention replica holds its KV (set at admission)
   std::unique_ptr<RequestSampler> sampler;    // logit_bias, penalties, sampling, logprobs
   std::vector<TokenLogprob> logprobs;         // of the output tokens not sent yet (req.logprobs >= 0)
   std::vector<TokenLogprob> prompt_logprobs;  // built while prefilling (req.prompt_logprobs >= 0)
@@ -125,6 +126,8 @@ struct Scheduler::State {
   // them, leaving the detokenizer and s.emitted where that run's events had left them.
   Status prime_resumed(Seq& s);
   Status step();
+  // DP-attention: the group with the fewest running sequences (the lowest on a tie).
+  int least_loaded_dp_group() const;
   void publish();
   // Copies the EP session's failover counters and the lost experts into the snapshot.
   void record_failover();
@@ -412,6 +415,12 @@ void Scheduler::State::finish(Seq& s, const std::string& reason, const std::stri
   ++snap.requests_finished;
 }
 
+int Scheduler::State::least_loaded_dp_group() const {
+  std::vector<int> load(static_cast<size_t>(std::max(core->dp_groups, 1)), 0);
+  for (const auto& s : running) ++load[static_cast<size_t>(s->dp_group)];
+  return static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+}
+
 // One engine step: every running sequence past its prompt decodes one token, then
 // prompt chunks (admission order) fill the rest of the token budget.
 Status Scheduler::State::step() {
@@ -421,7 +430,7 @@ Status Scheduler::State::step() {
   int64_t used = 0;
   for (auto& s : running) {  // decodes
     if (s->cached < s->prefill_len) continue;
-    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr, nullptr});
+    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr, nullptr, s->dp_group});
     seg_seq.push_back(s.get());
     ++used;
   }
@@ -429,7 +438,7 @@ Status Scheduler::State::step() {
   for (auto& s : running) {  // prompt chunks
     if (s->cached >= s->prefill_len || used >= budget) continue;
     const int64_t n = std::min(s->prefill_len - s->cached, budget - used);
-    segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr, nullptr});
+    segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr, nullptr, s->dp_group});
     if (!s->prompt_logprobs_sent && s->cached < s->prompt_len) {  // every row's logits, for prompt_logprobs
       s->chunk_logits.resize(static_cast<size_t>(n * core->config->vocab_size));
       segs.back().all_logits = s->chunk_logits.data();
@@ -593,6 +602,7 @@ Status Scheduler::run() {
       Seq& s = *st.waiting.front();
       const int64_t need = blocks_for(s.prompt_len + s.req.max_tokens, st.options.kv_block_size);
       if (!st.allocator->allocate(need, &s.blocks)) break;
+      s.dp_group = st.least_loaded_dp_group();
       s.scheduled_at = now_seconds();
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();

@@ -31,6 +31,7 @@ Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const D
       weights_(weights),
       ep_(options.ep),
       tp_(options.tp),
+      dp_(options.dp),
       kernel_(options.kernel),
       attention_(config.mla.enabled()
                      ? std::unique_ptr<AttentionBlock>(
@@ -80,6 +81,7 @@ Status Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache
 
 Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
   MOE_CHECK(m >= 0 && m <= kMaxChunk);
+  if (dp_driver()) MOE_RETURN_IF_ERROR(dp_announce_chunk());  // the other groups join with no tokens
   if (tp_driver()) MOE_RETURN_IF_ERROR(broadcast_chunk(tokens, m, start_pos, cache, logits != nullptr));
   return run_chunk(tokens, m, start_pos, cache, logits);
 }
@@ -134,6 +136,10 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
     m += s.n;
     ++num_segments;
     num_logits += s.logits != nullptr;
+    if (dp_driver() && (s.dp_group < 0 || s.dp_group >= dp_groups())) {
+      return invalid_argument("forward_batch: a segment's dp_group " + std::to_string(s.dp_group) +
+                              " is not one of the " + std::to_string(dp_groups()) + " DP-attention groups");
+    }
   }
   if (m > max_tokens_ || num_segments > max_segments_) {
     return invalid_argument("forward_batch: " + std::to_string(m) + " tokens in " + std::to_string(num_segments) +
@@ -141,6 +147,7 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
                             std::to_string(max_segments_) + " segments (Decoder::reserve)");
   }
   if (chunk_hook_) MOE_RETURN_IF_ERROR(chunk_hook_(m));
+  if (dp_driver()) return dp_drive_batch(segments, cache);
   if (tp_driver()) MOE_RETURN_IF_ERROR(broadcast_batch(segments, cache));
   return run_batch(segments, cache, m, num_logits);
 }
