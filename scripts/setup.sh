@@ -17,6 +17,9 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin  # MPI backend of the communicator (src/moe/comm/)
   libgloo-dev                 # Gloo backend of the communicator (re-forms after a peer dies)
   libcpp-httplib-dev          # HTTP server/client of `moe serve` and `moe bench serve`
+  libyaml-cpp-dev             # --config FILE.yaml (src/moe/config/)
+  python3-yaml                # tests/e2e/deploy_k8s_cli_test.cc: the manifests' YAML read back
+  librsvg2-dev libpng-dev     # PNG charts (moe stats plot, moe trace summarize --png); libpng decodes them in tests
   curl                        # serving tests
   python3                     # tests/architecture/layering_check.py
   python3-numpy               # independent reference of the byte-plane codec (tests/store/codec_test.cc)

@@ -24,7 +24,7 @@ fi
 # tests/serve/node/): the official `openai` client; Hugging Face's tokenizers (the Rust
 # library's Node binding, and the pure-JS @huggingface/tokenizers) and @huggingface/jinja
 # as independent references for our tokenizer.json and chat-template implementations.
-NPM_PACKAGES=(openai@4 tokenizers@0.23.2 @huggingface/tokenizers@0.2.0 @huggingface/jinja@0.5.13)
+NPM_PACKAGES=(openai@4 tokenizers@0.23.2 @huggingface/tokenizers@0.2.0 @huggingface/jinja@0.5.13 kubernetes-models@4.5.1)
 for pkg in "${NPM_PACKAGES[@]}"; do
   if [ ! -d "$BUILD/node/node_modules/${pkg%@*}" ]; then
     echo "==> npm install ${NPM_PACKAGES[*]} (into $BUILD/node)"

@@ -120,15 +120,28 @@ class Engine {
   // errors. stop_workers(): idempotent; OK without EP and on other ranks.
   Status run_worker();
   Status stop_workers();
+  // With EngineOptions::trace_path: gathers every rank's trace to rank 0, which writes
+  // the file. Collective under EP: every rank calls it once, after run_worker() returned
+  // (workers) or stop_workers() (rank 0). OK, doing nothing, when tracing is off.
+  // Errors: the communicator's; Internal naming the file when rank 0 cannot write it.
+  Status write_trace();
   // Communication vs compute time of the expert-parallel layers so far (seconds).
   struct EpStats {
     double comm_wait_seconds = 0, compute_seconds = 0, exchange_seconds = 0;
+    // The fraction of the exchanges' time hidden behind compute: 1 - comm_wait_seconds /
+    // exchange_seconds, in [0, 1] (0 without overlap or before any exchange).
+    double comm_overlap_ratio = 0;
     int64_t calls = 0, bytes_sent = 0;
     // Live rebalancing: plans switched to, failed migrations, experts moved (all
     // ranks), seconds spent planning and migrating.
     int64_t rebalances = 0, rebalance_failures = 0, experts_moved = 0;
     int64_t rebalances_skipped = 0;  // plans not worth their migration (min gain)
     double rebalance_seconds = 0;
+    // Per-link traffic of the flat all-to-all: bytes this rank sent to / received from
+    // each rank ([EP group size]; this rank's own entry: rows it kept). Empty before
+    // the first exchange and without EP.
+    std::vector<int64_t> bytes_to_rank, bytes_from_rank;
+    int rank = 0;  // this rank in the EP group
   };
   EpStats ep_stats() const;
   // Per-layer, per-expert routing load since open() (or the last clear): assignments

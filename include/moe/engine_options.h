@@ -43,7 +43,29 @@ struct EngineOptions {
   // reduce-scatter -> all-to-all -> all-gather instead of an all-reduce followed by the
   // all-to-all. No effect otherwise.
   bool fused_moe = true;
-  bool ep_overlap = false;  // two micro-batches, communication overlapped with compute
+  // DP-attention (issue 15; SGLang's and vLLM's data-parallel attention): each TP group
+  // (one per node; each rank without TP) runs attention for its own share of the
+  // scheduler's sequences, which keep their KV cache on that group; the MoE layers stay
+  // expert-parallel across the groups; logits return to rank 0. A single-sequence
+  // Engine::generate runs on rank 0's group. Needs comm and ep_size > 1; refused (naming
+  // --dp-attention) with --rebalance-every and with a backend that re-forms (gloo).
+  bool dp_attention = false;
+  // Overlap of the MoE all-to-all with expert compute (issue 18): the tokens split into
+  // micro-batches, pipelined (src/moe/moe/ep_moe_layer.h). Flat exchange only: with
+  // a2a_hierarchical 1 Engine::open refuses it (InvalidArgument naming --ep-overlap);
+  // with -1 (auto) on several nodes the flat exchange is used (logged).
+  bool ep_overlap = false;
+  // With ep_overlap: micro-batches per MoE call, 2..8; 0 = auto (about 64 tokens each,
+  // from the group's mean tokens per rank). Set without ep_overlap, or another value:
+  // InvalidArgument naming --ep-micro-batches.
+  int ep_micro_batches = 0;
+  // KV cache element type (issue 18, --kv-dtype): "f32" (default), "bf16" or "f16". A
+  // 16-bit cache halves the bytes decode attention reads per step and the memory per
+  // cached token (the scheduler's default pool holds twice the tokens); keys and values
+  // are rounded to nearest when written, and attention reads them directly (f32
+  // arithmetic). Another name, or a 16-bit cache for a multi-head latent attention model
+  // (its latent cache is f32 only): InvalidArgument naming --kv-dtype.
+  std::string kv_dtype = "f32";
   bool a2a_bf16 = false;    // dispatch/combine activations as bf16 (half the bytes)
   // Two-level all-to-all (inter-node, then intra-node): -1 = when comm spans several
   // nodes, 0 = never (flat), 1 = always.
@@ -121,6 +143,14 @@ struct EngineOptions {
   // DeepSeek-expert-shaped matrices on our CPUs (the FP8 decode is compute-bound on one
   // core); native is the choice when memory is the limit (a model that fits only in FP8).
   Fp8Mode fp8_mode = Fp8Mode::kDequant;
+  // Per-step trace (`--trace FILE`, docs/tracing.md): empty = off; else every rank
+  // records its spans (attention, router, dispatch, expert compute, combine, waits) and
+  // per-link bytes, and Engine::write_trace() gathers them to rank 0, which writes this
+  // Chrome trace-event JSON file. Rank 0 checks at open that its directory exists.
+  // trace_max_events (>= 1) events are kept per rank (40 bytes each, allocated at open);
+  // later ones are dropped and counted in the file.
+  std::string trace_path{};
+  int64_t trace_max_events = 1000000;
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

@@ -125,6 +125,18 @@ struct ServiceSnapshot {
   int64_t adaptive_k_tokens = 0;
   int64_t adaptive_k_shed = 0;
   int64_t requeued = 0;
+  // Expert parallelism's exchanges on this rank (rank 0) since start-up (zero without EP):
+  // time blocked on them, their time from issue to completion, and the fraction hidden
+  // behind compute, 1 - wait / exchange in [0, 1] (issue 18's comm_overlap_ratio).
+  double ep_comm_wait_seconds = 0;
+  double ep_exchange_seconds = 0;
+  double comm_overlap_ratio = 0;
+  // Per-link traffic of the expert-parallel all-to-all (dispatch + combine rows) since
+  // start-up, as rank 0 (the serving rank, EP rank 0) sees it: link_bytes_sent[d] bytes
+  // it sent to EP rank d, link_bytes_received[s] bytes it received from EP rank s
+  // (index 0: rows it kept). Links between two other ranks are in --trace files only.
+  // Empty without EP or before the first exchange.
+  std::vector<int64_t> link_bytes_sent{}, link_bytes_received{};
 };
 
 // GET /health's answer: what state serving is in. Thread-safe and never blocks on a

@@ -95,6 +95,32 @@ TEST(HardwareProfileTest, BadNumbersNameTheField) {
             std::string::npos);
 }
 
+TEST(HardwareProfileTest, SharedCoresFieldsRoundTripAndErrorsNameThem) {
+  json j = valid();
+  j["device"]["shared_ranks"] = 4;
+  j["device"]["solo_speedup"] = {{"compute", 1.8}, {"memory", 1.5}};
+  auto p = parse_hardware_profile(j.dump(), "p.json");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->device.shared_ranks, 4);
+  EXPECT_DOUBLE_EQ(p->device.solo_compute_speedup, 1.8);
+  EXPECT_DOUBLE_EQ(p->device.solo_memory_speedup, 1.5);
+  auto back = parse_hardware_profile(hardware_profile_json(*p), "back.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->device.shared_ranks, 4);
+  EXPECT_DOUBLE_EQ(back->device.solo_memory_speedup, 1.5);
+  auto plain = parse_hardware_profile(valid().dump(), "p.json");  // absent: dedicated devices
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->device.shared_ranks, 1);
+  EXPECT_DOUBLE_EQ(plain->device.solo_compute_speedup, 1.0);
+  j["device"]["shared_ranks"] = 0;
+  EXPECT_NE(error_of(j).find("device.shared_ranks: must be an integer >= 1"), std::string::npos);
+  j["device"]["shared_ranks"] = 2;
+  j["device"]["solo_speedup"]["memory"] = 0.5;
+  EXPECT_EQ(error_of(j), "p.json: device.solo_speedup.memory: must be >= 1");
+  j["device"]["solo_speedup"] = 2;
+  EXPECT_NE(error_of(j).find("device.solo_speedup: must be an object"), std::string::npos);
+}
+
 TEST(HardwareProfileTest, MissingFileIsNotFound) {
   auto p = load_hardware_profile("/nonexistent/profile.json");
   EXPECT_EQ(p.status().code(), StatusCode::kNotFound);

@@ -97,6 +97,38 @@ TEST(PlanTest, DriverOnlyAttentionSendsEveryTokenFromTheDriver) {
   EXPECT_DOUBLE_EQ(r.memory.kv_cache, 4.0 * 16 * 2 * 64 * 2);
 }
 
+TEST(PlanTest, SharedCoresSpeedUpPhasesWhereOnlySomeRanksCompute) {
+  // Shared cores (docs/planner.md): 2 ranks share them, a rank alone is 1.5x faster in
+  // compute and 1.25x in memory. Driver-only attention (1 of 2 ranks busy): attention and
+  // lm_head divided by min(speedup, 2 / 1); the experts (both ranks busy) unchanged.
+  // DP attention with 4 sequences (both replicas busy): nothing changes.
+  HardwareProfile shared = profile();
+  shared.device.shared_ranks = 2;
+  shared.device.solo_compute_speedup = 1.5;
+  shared.device.solo_memory_speedup = 1.25;
+  Workload w = batch(4);
+  w.driver_only_attention = true;
+  const Strategy ep2{1, 2, 1, 2, false};
+  const StrategyResult base = evaluate_strategy(tiny(), profile(), {1, 2}, w, ep2);
+  const StrategyResult fast = evaluate_strategy(tiny(), shared, {1, 2}, w, ep2);
+  // Decode attention and lm_head are memory-bound here (1.25x).
+  EXPECT_NEAR(fast.decode.attention_s, base.decode.attention_s / 1.25, 1e-15);
+  EXPECT_NEAR(fast.decode.head_s, base.decode.head_s / 1.25, 1e-15);
+  for (auto [b, f] : {std::pair{base.decode, fast.decode}, std::pair{base.prefill, fast.prefill}}) {
+    EXPECT_LT(f.attention_s, b.attention_s / 1.2);
+    EXPECT_DOUBLE_EQ(f.moe_s, b.moe_s);
+    EXPECT_DOUBLE_EQ(f.comm_s, b.comm_s);
+  }
+  w.driver_only_attention = false;
+  const StrategyResult dp_base = evaluate_strategy(tiny(), profile(), {1, 2}, w, ep2);
+  const StrategyResult dp_shared = evaluate_strategy(tiny(), shared, {1, 2}, w, ep2);
+  EXPECT_DOUBLE_EQ(dp_shared.decode.total_s, dp_base.decode.total_s);
+  // One sequence under DP: only one replica has work, so it speeds up like driver-only.
+  const StrategyResult one = evaluate_strategy(tiny(), shared, {1, 2}, batch(1), ep2);
+  const StrategyResult one_base = evaluate_strategy(tiny(), profile(), {1, 2}, batch(1), ep2);
+  EXPECT_NEAR(one.decode.attention_s, one_base.decode.attention_s / 1.25, 1e-15);
+}
+
 TEST(PlanTest, ChunkedPrefillTtftIsTheMeanOverTheBatch) {
   // 3 prompts of 10 tokens, one replica (TP2). Chunk 10: one prompt per step, 3 steps, the
   // i-th request's first token after i steps: mean 2 steps of a 1-prompt step.

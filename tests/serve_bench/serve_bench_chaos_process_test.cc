@@ -65,6 +65,20 @@ TEST(ChaosProc, ReadsStatFieldsPastAParenthesisedName) {
   EXPECT_EQ(read_proc_info(t.path(), 44).status().code(), StatusCode::kDataLoss);
 }
 
+// A /proc file that opens but cannot be read (as when the process exits between the open
+// and the read: ESRCH) is a vanished process, not an exception. A directory in place of
+// the file gives the same open-then-read failure (EISDIR) deterministically; it used to
+// throw std::ios_base::failure out of `moe bench chaos`.
+TEST(ChaosProc, FileThatOpensButCannotBeReadIsAVanishedProcess) {
+  TempDir t;
+  fs::create_directories(t.path() + "/45/stat");
+  fs::create_directories(t.path() + "/45/environ");
+  auto p = read_proc_info(t.path(), 45);
+  EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(mpi_rank_of(t.path(), 45), -1);
+  EXPECT_TRUE(list_processes(t.path()).empty());
+}
+
 TEST(ChaosProc, FindsRanksAmongDescendantsOnly) {
   TempDir t;
   // 100 mpirun -> 101 rank 0, 102 rank 1 -> 103 (a child of rank 1, no rank);

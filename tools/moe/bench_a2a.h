@@ -28,6 +28,7 @@ struct A2aFlags {
   bool no_overlap = false;
   bool no_bf16 = false;
   int overlap_max_intermediate = 512;
+  int overlap_micro_batches = 0;  // EpOptions::micro_batches of the overlap rows (0 = auto)
   int algo_hidden = 4096;
   int algo_tokens = 256;
   int threads = 1;
@@ -52,6 +53,7 @@ struct LayerRun {
   double compute = 0;   // the slowest rank's expert compute
   double wait = 0;      // the slowest rank's EpTimings.comm_wait_seconds
   int64_t bytes = 0;    // bytes sent by all ranks in one call (dispatch + combine)
+  double ratio = 0;     // EpTimings::comm_overlap_ratio, the lowest rank's (0 for blocking exchanges)
 };
 
 struct Problem {

@@ -137,9 +137,11 @@ int run_a2a(const A2aFlags& f) {
         "  %%memcpy         ours GB/s / memcpy GB/s (the ranks copy in parallel: up to min(ranks, cores) x 100%%)\n"
         "  hierarchical    EpOptions.hierarchical (two-level: one crossing per (token, remote node), forwarded inside\n"
         "                  the node); x-node MB = bytes crossing nodes for plain / flat / hier, from the routing\n"
-        "  overlap         EpOptions.overlap (two micro-batches) with experts of intermediate size 'inter', chosen so\n"
-        "                  expert compute ~ exchange time; wait = slowest rank's EpTimings.comm_wait_seconds;\n"
-        "                  hidden = 1 - wait(on) / wait(off); call = slowest whole call\n\n");
+        "  overlap         EpOptions.overlap (pipelined micro-batches, --overlap-micro-batches) with experts of\n"
+        "                  intermediate size 'inter', chosen so expert compute ~ exchange time; wait = slowest\n"
+        "                  rank's EpTimings.comm_wait_seconds; hidden = 1 - wait(on) / wait(off); ratio = the\n"
+        "                  engine's comm_overlap_ratio with overlap on (1 - wait / exchange time, lowest rank);\n"
+        "                  call = slowest whole call\n\n");
     std::fflush(stdout);
   }
 
@@ -251,6 +253,7 @@ int run_a2a(const A2aFlags& f) {
           progress("overlap on");
           EpOptions o;
           o.overlap = true;
+          o.micro_batches = f.overlap_micro_batches;
           ex.on = run_layer(p, *loaded, o, f.warmup, f.repeats, "overlap on");
         }
         if (root) {
@@ -285,15 +288,17 @@ int run_a2a(const A2aFlags& f) {
         }
       }
       if (root && !f.no_overlap) {
-        std::printf("\n  overlap (flat f32; two micro-batches)\n");
-        std::printf("%8s | %6s %8s | %9s %9s %7s | %9s %9s %8s\n", "tokens", "inter", "ffn ms", "wait off", "wait on",
-                    "hidden", "call off", "call on", "speed-up");
-        std::printf("%8s | %6s %8s | %9s %9s %7s | %9s %9s %8s\n", "per rank", "", "", "ms", "ms", "", "ms", "ms", "");
+        std::printf("\n  overlap (flat f32; %s micro-batches)\n",
+                    f.overlap_micro_batches == 0 ? "auto" : std::to_string(f.overlap_micro_batches).c_str());
+        std::printf("%8s | %6s %8s | %9s %9s %7s %7s | %9s %9s %8s\n", "tokens", "inter", "ffn ms", "wait off", "wait on",
+                    "hidden", "ratio", "call off", "call on", "speed-up");
+        std::printf("%8s | %6s %8s | %9s %9s %7s %7s | %9s %9s %8s\n", "per rank", "", "", "ms", "ms", "", "", "ms", "ms",
+                    "");
         for (const Extra& ex : extras) {
           const double hidden_share = ex.off.wait > 0 ? 1.0 - ex.on.wait / ex.off.wait : 0.0;
-          std::printf("%8d | %6d %8.3f | %9.3f %9.3f %6.0f%% | %9.3f %9.3f %7.2fx\n", ex.tokens, ex.inter,
+          std::printf("%8d | %6d %8.3f | %9.3f %9.3f %6.0f%% %6.0f%% | %9.3f %9.3f %7.2fx\n", ex.tokens, ex.inter,
                       ex.off.compute * 1e3, ex.off.wait * 1e3, ex.on.wait * 1e3, 100.0 * hidden_share,
-                      ex.off.call * 1e3, ex.on.call * 1e3, ex.off.call / ex.on.call);
+                      100.0 * ex.on.ratio, ex.off.call * 1e3, ex.on.call * 1e3, ex.off.call / ex.on.call);
         }
       }
       if (root) {
@@ -372,6 +377,10 @@ RunFn add_bench_a2a_command(CLI::App& app) {
   app.add_flag("--no-bf16", f->no_bf16, "Skip the bf16-on-the-wire measurement");
   app.add_option("--overlap-max-intermediate", f->overlap_max_intermediate,
                  "Cap on the synthetic experts' intermediate size for the overlap load")
+      ->capture_default_str();
+  app.add_option("--overlap-micro-batches", f->overlap_micro_batches,
+                 "Micro-batches of the overlap rows: 2..8, or 0 = auto (EpOptions::micro_batches)")
+      ->check(CLI::Range(0, 8))
       ->capture_default_str();
   app.add_option("--algo-hidden", f->algo_hidden, "Hidden size of the a2a_algo comparison (0 skips it)")
       ->capture_default_str();

@@ -137,7 +137,7 @@ LayerRun run_layer(const Problem& p, const SyntheticLayer& sl, const EpOptions& 
                    const char* what) {
   EpContext ctx{p.comm, p.placement, opt};
   EpWorkspacePtr ws = make_ep_workspace(sl.config, ctx, p.tokens);
-  std::vector<double> call, comp, wait;
+  std::vector<double> call, comp, wait, unhidden;
   int64_t bytes = 0;
   float* out = p.out.data();
   for (int i = 0; i < warmup + repeats; ++i) {
@@ -154,6 +154,7 @@ LayerRun run_layer(const Problem& p, const SyntheticLayer& sl, const EpOptions& 
     call.push_back(dt);
     comp.push_back(t.compute_seconds);
     wait.push_back(t.comm_wait_seconds);
+    unhidden.push_back(1.0 - t.comm_overlap_ratio());
     bytes = t.bytes_sent;
   }
   // A rank that finishes its experts early waits in the combine for the slowest one, so
@@ -168,6 +169,7 @@ LayerRun run_layer(const Problem& p, const SyntheticLayer& sl, const EpOptions& 
   r.exchange = stat_of(exch);
   r.compute = stat_of(comp);
   r.wait = stat_of(max_over_ranks(wait));
+  r.ratio = 1.0 - stat_of(max_over_ranks(unhidden));
   r.bytes = sum_over_ranks(bytes);
   return r;
 }

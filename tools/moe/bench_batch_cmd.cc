@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "config_apply.h"
 #include "moe/core/clock.h"
 #include "moe/engine.h"
 #include "moe/scheduler.h"
@@ -16,6 +17,7 @@ namespace {
 
 struct BatchFlags {
   std::string model;
+  std::string config;  // --config FILE.yaml (config_apply.h)
   std::vector<int> batch = {1, 4, 16, 32};
   int prompt_tokens = 64;
   int gen_tokens = 128;
@@ -101,6 +103,7 @@ int run_bench_batch(const BatchFlags& f) {
 RunFn add_bench_batch_command(CLI::App& app) {
   auto f = std::make_shared<BatchFlags>();
   app.add_option("--model", f->model, "Model directory; default: the shipped tiny-mixtral-shakespeare");
+  add_config_flag(app, &f->config);
   app.add_option("--batch", f->batch, "Requests run together (comma-separated)")->delimiter(',')->capture_default_str();
   app.add_option("--prompt-tokens", f->prompt_tokens, "Prompt tokens per request")->capture_default_str();
   app.add_option("--gen-tokens", f->gen_tokens, "Generated tokens per request")->capture_default_str();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "config_apply.h"
 #include "moe/core/membw.h"
 #include "moe/engine.h"
 #include "moe/model/config.h"
@@ -21,6 +22,7 @@ namespace {
 
 struct BenchFlags {
   std::string model;
+  std::string config;  // --config FILE.yaml (config_apply.h)
   int prompt_tokens = 256;
   int gen_tokens = 64;
   int repeats = 5;
@@ -29,6 +31,8 @@ struct BenchFlags {
   size_t bw_buffer_mb = 1024;
   bool batch_invariant = false;
   std::string fp8 = "dequant";
+  std::string kv_dtype = "f32";  // EngineOptions::kv_dtype (issue 18 part B)
+  std::string trace;  // --trace: the first engine's runs (h-trace)
 };
 
 struct Stats {
@@ -91,6 +95,8 @@ int run_bench(const BenchFlags& f) {
     eo.batch_invariant = f.batch_invariant;
     eo.mla_attention = path;
     eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
+    eo.kv_dtype = f.kv_dtype;
+    if (engines.empty()) eo.trace_path = f.trace;  // the first path's runs
     auto engine_or = Engine::open(eo);
     if (!engine_or.ok()) return fail(engine_or.status().message());
     engines.push_back(std::move(engine_or).value());
@@ -178,6 +184,11 @@ int run_bench(const BenchFlags& f) {
     }
   }
 
+  if (!f.trace.empty()) {
+    Status st = engines.front()->write_trace();
+    if (!st.ok()) return fail("--trace: " + st.message());
+    std::fprintf(stderr, "wrote trace %s\n", f.trace.c_str());
+  }
   std::fprintf(stderr, "measuring memory read bandwidth...\n");
   std::printf("\ndecode bandwidth bound: %.1f MB of weights read per decode token\n",
               info.decode_bytes_per_token / 1e6);
@@ -211,12 +222,16 @@ int run_bench(const BenchFlags& f) {
 RunFn add_bench_generate_command(CLI::App& app) {
   auto f = std::make_shared<BenchFlags>();
   app.add_option("--model", f->model, "Model directory; default: the shipped tiny-mixtral-shakespeare");
+  add_config_flag(app, &f->config);
   app.add_option("--prompt-tokens", f->prompt_tokens, "Prompt length for prefill (tokens)")->capture_default_str();
   app.add_option("--gen-tokens", f->gen_tokens, "Tokens to generate for decode")->capture_default_str();
   app.add_option("--repeats", f->repeats, "Timed repeats (after one warm-up)")->capture_default_str();
   app.add_option("--threads", f->threads, "Thread counts to measure")->delimiter(',')->capture_default_str();
   app.add_option("--fp8", f->fp8, "dequant|native: FP8 weights dequantised to bf16 at load, or kept in FP8 "
                                   "(dequantised in the kernels)")
+      ->capture_default_str();
+  app.add_option("--kv-dtype", f->kv_dtype, "KV cache element type: f32, bf16 or f16 (GQA models only)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
   app.add_option("--mla-attention", f->mla_paths,
                  "Multi-head latent attention models: the paths to measure, from auto, naive, absorbed (e.g. "
@@ -226,6 +241,9 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_flag("--batch-invariant", f->batch_invariant,
                "Batch-invariant kernels (as `moe serve` uses): GEMV for prefill instead of sgemm");
   app.add_option("--bw-buffer-mb", f->bw_buffer_mb, "Buffer for the bandwidth probe (MiB)")->capture_default_str();
+  app.add_option("--trace", f->trace,
+                 "Write a per-step trace (Chrome trace-event JSON, docs/tracing.md) of every run (warm-up included) "
+                 "of the first --mla-attention path; summarize with `moe trace summarize`");
   return [f] { return run_bench(*f); };
 }
 

@@ -32,6 +32,8 @@ RunFn add_bench_tokenizer_command(CLI::App& bench);
 RunFn add_placement_command(CLI::App& placement);
 // `stats show|plot` (registers both subcommands on `stats`).
 RunFn add_stats_command(CLI::App& stats);
+// `trace summarize` (a --trace file: slow steps, waits, bytes per link, hot experts).
+RunFn add_trace_command(CLI::App& trace);
 // `ckpt convert|save|restore|verify|info|gc` (the per-expert checkpoint store).
 RunFn add_ckpt_command(CLI::App& ckpt);
 // `plan`: the strategy planner's ranked table (src/moe/planner); `plan calibrate`
@@ -40,6 +42,12 @@ RunFn add_plan_command(CLI::App& plan);
 RunFn add_plan_calibrate_command(CLI::App& calibrate);
 // `info`: a model's architecture, parameter counts and KV-cache size from its config.json.
 RunFn add_info_command(CLI::App& info);
+
+// Issue 16, operating it: `config show` (the effective YAML config, config_cmd.cc),
+// `doctor` (pre-flight checks, doctor_cmd.cc), `deploy k8s` (manifests, deploy_cmd.cc).
+RunFn add_config_command(CLI::App& config);
+RunFn add_doctor_command(CLI::App& doctor);
+RunFn add_deploy_command(CLI::App& deploy);
 
 // The model shipped in the repository, found relative to the working directory, the
 // binary, or the source tree.

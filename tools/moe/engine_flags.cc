@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "commands.h"
+#include "config_apply.h"
 #include "moe/comm/mpi_communicator.h"
 #include "moe/core/text_format.h"
 
@@ -29,6 +30,13 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
   app.add_option("--fused-moe", f->fused_moe,
                  "on|off: hybrid (--tp K --ep N, both > 1): MoE layers as MixServe's fused reduce-scatter -> "
                  "all-to-all -> all-gather (on), or an all-reduce then the all-to-all (off)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  // DP-attention (issue 15): one attention replica per TP group, EP MoE across them.
+  app.add_option("--dp-attention", f->dp_attention,
+                 "on|off: each TP group (one per node; each rank without --tp) runs attention for its own share "
+                 "of the batch's sequences, with their KV cache; MoE stays expert-parallel across the groups "
+                 "(needs --ep > 1 under mpirun; off: the driver's group runs attention for all)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   app.add_option("--ranks-per-node", f->launch.ranks_per_node,
@@ -54,7 +62,17 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
   f->gloo_host_option = app.add_option("--gloo-host", f->launch.gloo_host,
                                        "--comm-backend gloo: the address this rank listens on for its peers")
                             ->capture_default_str();
-  app.add_flag("--ep-overlap", f->options.ep_overlap, "Overlap all-to-all with expert compute (two micro-batches)");
+  // EP overlap (issue 18 part B, h-decode): micro-batches pipelined against the all-to-all.
+  app.add_flag("--ep-overlap", f->options.ep_overlap,
+               "Overlap the all-to-all with expert compute (pipelined micro-batches; flat exchange only)");
+  app.add_option("--ep-micro-batches", f->options.ep_micro_batches,
+                 "With --ep-overlap: micro-batches per MoE layer call, 2..8 (0 = auto, about 64 tokens each)")
+      ->capture_default_str();
+  // KV cache dtype (issue 18 part B, h-decode).
+  app.add_option("--kv-dtype", f->options.kv_dtype,
+                 "KV cache element type: f32, or bf16 / f16 (half the bytes per cached token; GQA models only)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   app.add_option("--a2a-dtype", f->a2a_dtype, "Dispatch/combine activation dtype: f32 (exact) or bf16 (half the bytes)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
@@ -118,10 +136,25 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "GEMV in `moe bench fp8`), or kept in FP8 and dequantised in the kernels (half the memory and "
                  "bytes per decode token)")
       ->capture_default_str();
+  // YAML config (issue 16): --config FILE.yaml; its values reach the flags above in main().
+  add_config_flag(app, &f->config_file);
+  // --- Per-step traces (issue 16, h-trace): docs/tracing.md ---
+  app.add_option("--trace", f->options.trace_path,
+                 "Write a per-step trace (Chrome trace-event JSON, open in https://ui.perfetto.dev): spans per rank "
+                 "(attention, router, dispatch, expert compute, combine, waits) and bytes per rank pair; gathered to "
+                 "rank 0 at the end. Summarize with `moe trace summarize FILE`");
+  app.add_option("--trace-max-events", f->options.trace_max_events,
+                 "Events kept per rank with --trace (40 bytes each, allocated at start; later ones are dropped and "
+                 "counted in the file)")
+      ->capture_default_str();
+  // --- end per-step traces ---
 }
 
 std::string check_engine_flags(const EngineFlags& f) {
   const EngineOptions& o = f.options;
+  if (o.trace_max_events < 1) {  // per-step traces (h-trace)
+    return "--trace-max-events must be >= 1 (got " + std::to_string(o.trace_max_events) + ")";
+  }
   if (f.fp8 != "native" && f.fp8 != "dequant") return "--fp8 must be native or dequant (got '" + f.fp8 + "')";
   if (o.num_threads < 0) return "--threads must be >= 0 (got " + std::to_string(o.num_threads) + ")";
   // Far past the machine's hardware threads only slows the kernels, and the OpenMP
@@ -136,6 +169,16 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (f.launch.ep < 1) return "--ep must be >= 1 (got " + std::to_string(f.launch.ep) + ")";
   if (f.launch.tp < 1) return "--tp must be >= 1 (got " + std::to_string(f.launch.tp) + ")";
   if (f.fused_moe != "on" && f.fused_moe != "off") return "--fused-moe must be on or off (got '" + f.fused_moe + "')";
+  if (f.dp_attention != "on" && f.dp_attention != "off") {
+    return "--dp-attention must be on or off (got '" + f.dp_attention + "')";
+  }
+  if (f.dp_attention == "on") {  // DP-attention: what it cannot do, before loading (the engine checks too)
+    if (f.launch.comm_backend == "gloo") {
+      return "--dp-attention on with --comm-backend gloo: failover cannot re-form the DP-attention groups; use "
+             "--comm-backend mpi";
+    }
+    if (o.rebalance_every > 0) return "--rebalance-every is not supported with --dp-attention on";
+  }
   if (f.launch.tp > 1) {
     // What would silently diverge across a TP group's ranks (or cannot re-form) is refused.
     const std::string tp = "--tp " + std::to_string(f.launch.tp);
@@ -252,6 +295,7 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   options.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
   options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
   options.fused_moe = f.fused_moe == "on";
+  options.dp_attention = f.dp_attention == "on";  // DP-attention
   // Given alone, a capacity factor means --overflow-policy drop (resolved by the engine).
   if (f.capacity_given()) options.capacity_factor = f.capacity_factor;
   if (f.given(f.adaptive_k_target_option)) options.adaptive_k_target = f.adaptive_k_target;  // adaptive top-k
@@ -259,6 +303,14 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   launch.command = command;
   if (launch.tp > 1 && !f.ep_given()) launch.ep = 0;  // the EP size follows from mpirun's ranks
   return launch_engine(options, launch);
+}
+
+// Per-step traces (h-trace).
+int write_trace_or_fail(Engine& engine, int rank, const std::string& path) {
+  Status st = engine.write_trace();
+  if (!st.ok()) return fail_rank(rank, st.with_context("--trace"));
+  if (rank == 0 && !path.empty()) std::fprintf(stderr, "wrote trace %s\n", path.c_str());
+  return 0;
 }
 
 }  // namespace moe::cli

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "moe/engine.h"
 #include "moe/engine_options.h"
 #include "moe/launch.h"
 #include "moe/status.h"
@@ -23,6 +24,7 @@ struct EngineFlags {
   double capacity_factor = 1.0;    // -> options.capacity_factor when --capacity-factor is given
   std::string fp8 = "dequant";     // dequant | native -> options.fp8_mode
   std::string fused_moe = "on";    // on | off -> options.fused_moe
+  std::string dp_attention = "off";  // DP-attention: on | off -> options.dp_attention
   const CLI::Option* ep_option = nullptr;  // --ep (not given with --tp K: EP size = ranks / K)
   const CLI::Option* capacity_option = nullptr;  // set by add_engine_flags
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
@@ -34,6 +36,8 @@ struct EngineFlags {
   const CLI::Option* max_k_option = nullptr;
   const CLI::Option* adaptive_k_target_option = nullptr;
   bool given(const CLI::Option* o) const { return o != nullptr && o->count() > 0; }
+  // YAML config (issue 16, config_apply.h): --config FILE, applied by main() after parsing.
+  std::string config_file;
   bool ep_given() const { return ep_option != nullptr && ep_option->count() > 0; }
   // The world size the flags ask for: --tp x --ep (--ep alone without --tp).
   int world_size() const { return launch.tp * launch.ep; }
@@ -67,5 +71,10 @@ std::string requested_comm_backend(int argc, char** argv);
 // (include/moe/launch.h; collective under mpirun). `command` ("generate", "serve") is
 // named in the hint for a missing mpirun.
 StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const std::string& command);
+
+// --trace (h-trace): Engine::write_trace() (collective: every rank, after run_worker()
+// returned or, on rank 0, after stop_workers()); prints where it wrote on rank 0. 0, or
+// fail_rank()'s 1.
+int write_trace_or_fail(Engine& engine, int rank, const std::string& path);
 
 }  // namespace moe::cli

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "engine_flags.h"
+#include "generate_batch.h"
 #include "moe/core/atomic_file.h"
 #include "moe/core/text_format.h"
 #include "moe/engine.h"
@@ -33,10 +34,31 @@ struct GenerateFlags {
   std::string format = "text";
   std::string logits_out;
   std::string stats_out;
+  std::string prompts_file;  // several prompts through the continuous-batching scheduler
+  const CLI::Option* prompt_option = nullptr;  // --prompt (required unless --prompts-file)
 };
 
+int generate_on_rank0(const GenerateFlags& f, Engine& engine, int num_ranks, bool expert_parallel);
+
 int run_generate(const GenerateFlags& f) {
-  if (f.prompt.empty()) return fail("--prompt is empty; give the text to continue");
+  std::vector<std::string> batch_prompts;
+  if (!f.prompts_file.empty()) {
+    if (f.prompt_option != nullptr && f.prompt_option->count() > 0) {
+      return fail("--prompt and --prompts-file exclude each other; give one");
+    }
+    if (!f.logits_out.empty()) return fail("--logits-out is for one --prompt, not --prompts-file");
+    if (f.max_tokens < 1) {
+      return fail("--max-tokens must be >= 1 with --prompts-file (got " + std::to_string(f.max_tokens) + ")");
+    }
+    auto prompts = read_prompts_file(f.prompts_file);
+    if (!prompts.ok()) return fail(prompts.status().message());
+    batch_prompts = std::move(prompts).value();
+  } else if (f.prompt_option == nullptr || f.prompt_option->count() == 0) {
+    std::fprintf(stderr, "error: --prompt is required (the text to continue), or --prompts-file FILE\n");
+    return 2;  // a usage error, as CLI11's for a missing required option
+  } else if (f.prompt.empty()) {
+    return fail("--prompt is empty; give the text to continue");
+  }
   if (f.max_tokens < 0) return fail("--max-tokens must be >= 0 (got " + std::to_string(f.max_tokens) + ")");
   // Sampling flags are checked here, before loading the model, so the message names the flag.
   if (!(f.temperature >= 0.0f) || !std::isfinite(f.temperature)) {
@@ -57,25 +79,58 @@ int run_generate(const GenerateFlags& f) {
   if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return fail(bad);
   auto opened = launch_engine_from_flags(f.engine, "generate");
   if (!opened.ok()) return fail_rank(-1, opened.status());
-  const bool expert_parallel = opened.value().comm != nullptr;
   const int num_ranks = opened.value().num_ranks;
   auto& engine = opened.value().engine;
   const int rank = opened.value().rank;
   if (rank != 0) {
     Status st = engine->run_worker();
     if (!st.ok()) return fail_rank(rank, st);
-    return 0;
+    return write_trace_or_fail(*engine, rank, f.engine.options.trace_path);
   }
-  // Rank 0 (or the only process) generates; workers are released when it returns.
-  struct StopWorkers {
-    Engine* e;
-    ~StopWorkers() { (void)e->stop_workers(); }
-  } stop_workers{engine.get()};
+  // Rank 0 (or the only process) generates; workers are released when it returns, then
+  // every rank joins the trace's gather (--trace).
+  int rc = 0;
+  {
+    struct StopWorkers {
+      Engine* e;
+      ~StopWorkers() { (void)e->stop_workers(); }
+    } stop_workers{engine.get()};
+    rc = generate_on_rank0(f, *engine, num_ranks, opened.value().comm != nullptr);
+  }
+  const int trace_rc = write_trace_or_fail(*engine, rank, f.engine.options.trace_path);
+  return rc != 0 ? rc : trace_rc;
+}
+
+int generate_on_rank0(const GenerateFlags& f, Engine& engine_ref, int num_ranks, bool expert_parallel) {
+  Engine* engine = &engine_ref;
+  const int rank = 0;
   if (f.max_tokens > engine->info().max_context) {
     return fail("--max-tokens " + std::to_string(f.max_tokens) + " exceeds the model's context of " +
                 std::to_string(engine->info().max_context) + " tokens");
   }
   GenerateRequest req;
+  if (!batch_prompts.empty()) {
+    GenerateBatchInput in;
+    in.prompts = std::move(batch_prompts);
+    in.max_tokens = f.max_tokens;
+    in.json = f.format == "json";
+    in.idle_heartbeat_seconds = f.engine.idle_heartbeat_seconds();
+    SamplingParams& sp = in.sampling;
+    sp.temperature = f.temperature;
+    sp.top_k = f.top_k;
+    sp.top_p = std::max(static_cast<float>(f.top_p), std::numeric_limits<float>::denorm_min());
+    sp.min_p = f.min_p;
+    sp.presence_penalty = f.presence_penalty;
+    sp.frequency_penalty = f.frequency_penalty;
+    sp.repetition_penalty = f.repetition_penalty;
+    if (f.seed >= 0) sp.seed = static_cast<uint64_t>(f.seed);
+    const int rc = run_generate_batch(*engine, in);
+    if (rc == 0 && !f.stats_out.empty()) {
+      Status st = engine->expert_load_stats().write_json_file(f.stats_out);
+      if (!st.ok()) return fail("--stats-out: " + st.message());
+    }
+    return rc;
+  }
   req.prompt = f.prompt;
   req.max_tokens = f.max_tokens;
   req.sampling.temperature = f.temperature;
@@ -140,9 +195,9 @@ int run_generate(const GenerateFlags& f) {
                                               std::to_string(num_ranks / tp) + " = " + std::to_string(num_ranks)
                                         : "expert parallel: " + std::to_string(num_ranks);
       std::fprintf(stderr, "[%s ranks, %lld MoE exchanges, %.1f MB sent by rank 0, "
-                   "comm wait %.1f ms, expert compute %.1f ms]\n",
+                   "comm wait %.1f ms, expert compute %.1f ms, comm_overlap_ratio %.3f]\n",
                    layout.c_str(), static_cast<long long>(ep.calls), ep.bytes_sent / 1e6, ep.comm_wait_seconds * 1e3,
-                   ep.compute_seconds * 1e3);
+                   ep.compute_seconds * 1e3, ep.comm_overlap_ratio);
 
     }
   } else {
@@ -151,6 +206,13 @@ int run_generate(const GenerateFlags& f) {
     j["output_token_ids"] = r.output_token_ids;
     j["text"] = r.text;
     j["finish_reason"] = r.finish_reason;
+    if (expert_parallel) {  // rank 0's exchange timings (issue 18: the overlap's hidden fraction)
+      const Engine::EpStats ep = engine->ep_stats();
+      j["ep"] = {{"comm_wait_seconds", ep.comm_wait_seconds},
+                 {"exchange_seconds", ep.exchange_seconds},
+                 {"compute_seconds", ep.compute_seconds},
+                 {"comm_overlap_ratio", ep.comm_overlap_ratio}};
+    }
     // Invalid UTF-8 (a cut multi-byte character) is replaced, never thrown.
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
@@ -161,7 +223,10 @@ int run_generate(const GenerateFlags& f) {
 
 RunFn add_generate_command(CLI::App& app) {
   auto f = std::make_shared<GenerateFlags>();
-  app.add_option("--prompt", f->prompt, "Text to continue")->required();
+  f->prompt_option = app.add_option("--prompt", f->prompt, "Text to continue (required unless --prompts-file)");
+  app.add_option("--prompts-file", f->prompts_file,
+                 "Generate several prompts together (continuous batching; one per non-empty line, \\n for a "
+                 "newline): one JSON line each with --format json; under --dp-attention spread over the groups");
   app.add_option("--max-tokens", f->max_tokens, "New tokens at most (stops earlier at EOS)")->capture_default_str();
   app.add_option("--temperature", f->temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   app.add_option("--top-k", f->top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();

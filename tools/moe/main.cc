@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "commands.h"
+#include "config_apply.h"
 #include "engine_flags.h"
 #include "moe/core/logging.h"
 #include "moe/launch.h"
@@ -89,6 +90,8 @@ int main(int argc, char** argv) {
   auto run_placement = moe::cli::add_placement_command(*placement);
   auto* stats = app.add_subcommand("stats", "Per-expert load statistics: show a table, plot a heatmap");
   auto run_stats = moe::cli::add_stats_command(*stats);
+  auto* trace = app.add_subcommand("trace", "Per-step traces of --trace: summarize (why a step was slow)");
+  auto run_trace = moe::cli::add_trace_command(*trace);
   auto* ckpt = app.add_subcommand("ckpt", "Per-expert checkpoint store: convert, save, restore, verify, info, gc");
   auto run_ckpt = moe::cli::add_ckpt_command(*ckpt);
   auto* info = app.add_subcommand("info", "Model size: parameters (total, active), KV cache per token, from config.json");
@@ -99,6 +102,16 @@ int main(int argc, char** argv) {
   auto* plan_calibrate = plan->add_subcommand(
       "calibrate", "Measure alpha/beta per collective and link tier, peak FLOP/s and bandwidth (under mpirun)");
   auto run_plan_calibrate = moe::cli::add_plan_calibrate_command(*plan_calibrate);
+  // Issue 16: the YAML config, the pre-flight checks, Kubernetes manifests.
+  auto* config = app.add_subcommand("config", "The YAML config file: show the effective values and their origins");
+  config->require_subcommand(1);
+  auto run_config = moe::cli::add_config_command(*config);
+  auto* doctor = app.add_subcommand(
+      "doctor", "Pre-flight checks: MPI launch, link bandwidth vs a profile, memory per rank, store, ports, GPU");
+  auto run_doctor = moe::cli::add_doctor_command(*doctor);
+  auto* deploy = app.add_subcommand("deploy", "Deployment manifests (Kubernetes) from a config file");
+  deploy->require_subcommand(1);
+  auto run_deploy = moe::cli::add_deploy_command(*deploy);
 
   try {
     app.parse(argc, argv);
@@ -111,6 +124,12 @@ int main(int argc, char** argv) {
     }
     // --help / --version exit 0; any usage error exits 2 (commands.h), not CLI11's 1xx codes.
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  // --config FILE.yaml (generate, serve, bench generate/batch): the file's values reach the
+  // flags not given on the command line, before anything reads them.
+  if (std::string bad = moe::cli::apply_config_of_parsed(app); !bad.empty()) {
+    moe::cli::fail(bad);
+    return 2;
   }
   if (!moe::init_logging(log_level)) return moe::cli::fail("--log-level: unknown level '" + log_level + "'");
   // Under mpirun every subcommand runs with MPI initialised (finalised on return).
@@ -135,9 +154,13 @@ int main(int argc, char** argv) {
   if (bench_tokenizer->parsed()) return run_bench_tokenizer();
   if (placement->parsed()) return run_placement();
   if (stats->parsed()) return run_stats();
+  if (trace->parsed()) return run_trace();
   if (ckpt->parsed()) return run_ckpt();
   if (info->parsed()) return run_info();
   if (plan_calibrate->parsed()) return run_plan_calibrate();
   if (plan->parsed()) return run_plan();
+  if (config->parsed()) return run_config();
+  if (doctor->parsed()) return run_doctor();
+  if (deploy->parsed()) return run_deploy();
   return 2;
 }

@@ -47,6 +47,36 @@ struct CalibrateFlags {
   int prompt_tokens = 64, gen_tokens = 16;
 };
 
+// Shared cores (hardware_profile.h DeviceSpec::shared_ranks): rank 0 runs the same
+// generate alone while the others wait in a barrier; its speedup over the all-at-once
+// times (`prefill`, `decode`) is the profile's solo_speedup (>= 1). shared_ranks: every
+// rank on emulated nodes (one host), else the ranks on rank 0's node.
+Status fit_solo_speedup(const CalibrateFlags& f, Communicator& world, Engine& engine, const GenerateRequest& req,
+                        double prefill, double decode, planner::HardwareProfile* p) {
+  int shared = world.size();
+  if (f.ranks_per_node == 0) {
+    shared = 0;
+    for (int r = 0; r < world.size(); ++r) shared += world.node_of(r) == world.node_of(0);
+  }
+  double solo[2] = {prefill, decode};
+  if (world.rank() == 0 && shared > 1) {
+    MOE_ASSIGN_OR_RETURN(GenerateResult res, engine.generate(req));
+    solo[0] = res.prefill_seconds;
+    solo[1] = res.decode_seconds / static_cast<double>(std::max<size_t>(1, res.output_token_ids.size() - 1));
+  }
+  MOE_RETURN_IF_ERROR(world.barrier());
+  MOE_RETURN_IF_ERROR(world.broadcast(solo, sizeof solo, 0));
+  p->device.shared_ranks = shared;
+  p->device.solo_compute_speedup = std::max(1.0, prefill / std::max(solo[0], 1e-9));
+  p->device.solo_memory_speedup = std::max(1.0, decode / std::max(solo[1], 1e-9));
+  if (world.rank() == 0) {
+    std::fprintf(stderr, "calibrate shared cores: %d ranks share them; rank 0 alone: prefill %.1f ms -> %.2fx, decode "
+                 "%.1f ms/token -> %.2fx\n", shared, solo[0] * 1e3, p->device.solo_compute_speedup, solo[1] * 1e3,
+                 p->device.solo_memory_speedup);
+  }
+  return ok_status();
+}
+
 // compute_efficiency and memory_efficiency from the engine itself: every rank (at once, as
 // under EP) runs a single-process prefill of prompt_tokens and gen_tokens decode steps of
 // `model`; the efficiencies are the planner's roofline prediction at 1.0 over the measured
@@ -91,7 +121,7 @@ Status fit_efficiencies(const CalibrateFlags& f, Communicator& world, planner::H
                  f.model.c_str(), prefill * 1e3, pred.prefill.total_s * 1e3, p->device.compute_efficiency, decode * 1e3,
                  pred.decode.total_s * 1e3, p->device.memory_efficiency);
   }
-  return ok_status();
+  return fit_solo_speedup(f, world, *engine, req, prefill, decode, p);
 }
 
 double now_s() {

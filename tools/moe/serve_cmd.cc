@@ -107,15 +107,17 @@ SchedulerOptions scheduler_options(const ServeFlags& f) {
   return so;
 }
 
-int run_serve_worker_rank(Engine& engine, int rank) {
+int run_serve_worker_rank(Engine& engine, int rank, const std::string& trace_path) {
   ::signal(SIGTERM, SIG_IGN);
   ::signal(SIGINT, SIG_IGN);
   Status st = engine.run_worker();
   if (!st.ok()) return fail_rank(rank, st);
-  return 0;
+  return write_trace_or_fail(engine, rank, trace_path);
 }
 
 namespace {
+
+int serve_on_rank0(const ServeFlags& f, Engine& engine);
 
 int run_serve(const ServeFlags& f, const CLI::App& app) {
   if (std::string bad = check_supervise_flags(f); !bad.empty()) return fail(bad);
@@ -131,8 +133,19 @@ int run_serve(const ServeFlags& f, const CLI::App& app) {
   if (!opened.ok()) return fail_rank(-1, opened.status());
   Engine& engine = *opened.value().engine;
   const int rank = opened.value().rank;
-  if (rank != 0) return run_serve_worker_rank(engine, rank);
-  StopWorkersOnExit stop_workers{&engine};
+  if (rank != 0) return run_serve_worker_rank(engine, rank, f.engine.options.trace_path);
+  int rc = 0;
+  {
+    StopWorkersOnExit stop_workers{&engine};
+    rc = serve_on_rank0(f, engine);
+  }
+  // --trace: every rank joins the gather once the workers are released.
+  const int trace_rc = write_trace_or_fail(engine, rank, f.engine.options.trace_path);
+  return rc != 0 ? rc : trace_rc;
+}
+
+int serve_on_rank0(const ServeFlags& f, Engine& engine) {
+  const int rank = 0;
 
   const ModelInfo& info = engine.info();
   if (f.max_tokens_limit > info.max_context) {

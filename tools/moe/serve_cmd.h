@@ -76,8 +76,9 @@ int run_worker_endpoint(const ServeFlags& f);
 
 // An EP rank other than 0 of `moe serve` (plain or worker group): follows rank 0 until it
 // stops the workers, ignoring SIGTERM/SIGINT (rank 0 drains and stops them; a signal
-// mpirun forwards must not end them first). Returns the process exit code.
-int run_serve_worker_rank(Engine& engine, int rank);
+// mpirun forwards must not end them first), then joins the --trace gather (`trace_path`
+// non-empty; rank 0 joins it after stopping the workers). Returns the process exit code.
+int run_serve_worker_rank(Engine& engine, int rank, const std::string& trace_path = "");
 
 // Rank 0: releases the workers when it leaves scope, on every path.
 struct StopWorkersOnExit {

@@ -35,7 +35,8 @@ const std::set<std::string> kFrontEndFlags = {
     "max-body-bytes", "rate-limit-rps", "rate-limit-tpm",  "chat-template",     "shutdown-grace",
     "supervise",      "mpirun",         "mpirun-arg",       "recovery-timeout",
     "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help",
-    "allowed-origins", "allowed-methods", "allowed-headers", "allowed-credentials"};
+    "allowed-origins", "allowed-methods", "allowed-headers", "allowed-credentials",
+    "config"};  // --config: its values reach the workers as the flags they set
 
 std::string self_exe() {
   char exe[PATH_MAX] = {0};
@@ -87,6 +88,10 @@ void add_supervise_flags(CLI::App& app, ServeFlags* f) {
 }
 
 std::string check_supervise_flags(const ServeFlags& f) {
+  if ((f.supervise || !f.worker_endpoint.empty()) && !f.engine.options.trace_path.empty()) {
+    return "--trace is not available with --supervise (the worker group may be restarted mid-run, which would cut the "
+           "trace); run `moe serve --trace FILE` under mpirun without --supervise";
+  }
   if (!f.supervise) {
     for (const CLI::Option* o : f.supervise_only) {
       if (o->count() > 0) return "--" + o->get_lnames()[0] + " needs --supervise";

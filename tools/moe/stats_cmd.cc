@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "moe/stats/expert_load_stats.h"
+#include "moe/plot/svg_png.h"
 #include "moe/stats/heatmap_svg.h"
 
 namespace moe::cli {
@@ -47,7 +48,7 @@ StatusOr<ExpertLoadStats> load(const std::string& path) {
 }
 
 int run_plot(const StatsFlags& f) {
-  if (f.out.empty()) return fail("--out is empty; give the SVG file to write");
+  if (f.out.empty()) return fail("--out is empty; give the SVG or PNG file to write");
   auto s = load(f.stats);
   if (!s.ok()) return fail(s.status().message());
   HeatmapOptions o;
@@ -59,7 +60,9 @@ int run_plot(const StatsFlags& f) {
     return fail("--value ema: " + f.stats +
                 " has no 'ema' arrays (SGLang files and hand-made ones hold only totals); use --value tokens");
   }
-  Status st = write_expert_heatmap_svg(s.value(), o, f.out);
+  const bool png = f.out.size() >= 4 && f.out.compare(f.out.size() - 4, 4, ".png") == 0;
+  Status st = png ? write_svg_as_png(render_expert_heatmap_svg(s.value(), o), f.out)
+                  : write_expert_heatmap_svg(s.value(), o, f.out);
   if (!st.ok()) return fail("--out: " + st.message());
   std::printf("wrote %s (%s)\n", f.out.c_str(), shape(s.value()).c_str());
   return 0;
@@ -106,7 +109,7 @@ RunFn add_stats_command(CLI::App& stats) {
   plot->add_option("--stats", f->stats,
                    "Statistics JSON (moe's {\"layers\": [...]} or SGLang's {\"logical_count\": [[...]]})")
       ->required();
-  plot->add_option("--out", f->out, "SVG file to write")->required();
+  plot->add_option("--out", f->out, "File to write: SVG, or PNG when the name ends in .png")->required();
   plot->add_option("--value", f->value, "Cell value: tokens (run totals) or ema (per-step moving average)")
       ->check(CLI::IsMember({"tokens", "ema"}))
       ->capture_default_str();

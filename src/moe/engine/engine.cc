@@ -13,6 +13,7 @@
 #include "moe/engine/engine_impl.h"
 #include "moe/engine/request_validation.h"
 #include "moe/engine/logits_processor.h"
+#include "moe/trace/trace_gather.h"
 #include "moe/transformer/kv_cache.h"
 
 namespace moe {
@@ -30,6 +31,11 @@ Engine::~Engine() {
 Status Engine::run_worker() { return impl_->session->run_worker(); }
 Status Engine::stop_workers() { return impl_->session->stop_workers(); }
 
+Status Engine::write_trace() {
+  if (impl_->trace == nullptr) return ok_status();
+  return write_trace_file(impl_->comm, *impl_->trace, impl_->trace_path);
+}
+
 EngineCore& Engine::core() { return impl_->core; }
 
 Engine::EpStats Engine::ep_stats() const {
@@ -38,8 +44,12 @@ Engine::EpStats Engine::ep_stats() const {
   s.comm_wait_seconds = t.comm_wait_seconds;
   s.compute_seconds = t.compute_seconds;
   s.exchange_seconds = t.exchange_seconds;
+  s.comm_overlap_ratio = t.comm_overlap_ratio();
   s.calls = t.calls;
   s.bytes_sent = t.bytes_sent;
+  s.bytes_to_rank = t.bytes_to_rank;
+  s.bytes_from_rank = t.bytes_from_rank;
+  s.rank = impl_->ep_comm != nullptr ? impl_->ep_comm->rank() : 0;
   if (impl_->rebalancer != nullptr) {
     const RebalanceStats& r = impl_->rebalancer->stats();
     s.rebalances = r.rebalances;
@@ -83,8 +93,9 @@ StatusOr<GenerateResult> Engine::generate(const GenerateRequest& req, const Toke
 
   const uint64_t seed = sp.seed ? *sp.seed : std::random_device{}();
   RequestSampler sampler(sp, seed, prompt);
-  const KvCacheShape kv = kv_cache_shape(impl_->run_config());  // under TP: this rank's heads
-  KVCache cache(c.num_hidden_layers, kv.heads, kv.k_dim, std::max<int64_t>(needed, 1), kv.v_dim);
+  // Under TP: this rank's heads.
+  const KvCacheShape kv = kv_cache_shape(impl_->run_config(), impl_->kv_dtype);
+  KVCache cache(c.num_hidden_layers, kv, std::max<int64_t>(needed, 1));
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
 
   const double t0 = now_seconds();

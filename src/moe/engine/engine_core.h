@@ -26,6 +26,10 @@ struct EngineCore {
   const ExpertLoadStats* load_stats = nullptr;
   EpSession* session = nullptr;  // every step goes through it (EP headers, rebalance trigger)
   const Failover* failover = nullptr;  // under EP: lost experts after a failover (else null)
+  DType kv_dtype = DType::kF32;        // the KV caches' element type (EngineOptions::kv_dtype)
+  // DP-attention: the number of attention groups the scheduler assigns sequences to
+  // (Decoder::BatchSegment::dp_group); 1 without it.
+  int dp_groups = 1;
 };
 
 }  // namespace moe

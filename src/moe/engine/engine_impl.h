@@ -25,6 +25,7 @@
 #include "moe/transformer/decoder.h"
 #include "moe/transformer/kv_cache.h"
 #include "moe/transformer/paged_kv_cache.h"
+#include "moe/trace/trace_recorder.h"
 
 namespace moe {
 
@@ -43,6 +44,7 @@ struct Engine::Impl final : EpStepRunner {
   std::unique_ptr<Decoder> decoder;
   std::unique_ptr<ExpertLoadStats> load_stats;
   CapacityOptions capacity;
+  DType kv_dtype = DType::kF32;  // EngineOptions::kv_dtype, checked
   // Expert parallelism (comm == nullptr: single process). `comm` is the world (the EP
   // session's headers, start-up agreement); experts are sharded over ep_comm: the world
   // without TP, the EP group with it (null under pure TP: every rank holds every expert).
@@ -58,6 +60,9 @@ struct Engine::Impl final : EpStepRunner {
   // Ranks 1.. of the driver's TP group (EP rank 0) mirror each step of rank 0 on their
   // own KV caches (Decoder::tp_follow), made and resized here with the local KV shape.
   bool tp_follower = false;
+  // DP-attention (EngineOptions::dp_attention): the leaders of the other TP groups run
+  // their share of each step (Decoder::dp_follow) on their own paged cache (follower_paged).
+  bool dp_follower = false;
   std::unique_ptr<KVCache> follower_kv;
   std::unique_ptr<PagedKVCache> follower_paged;
   TpFollowerCaches follower_caches;  // over the two above (engine_tp.cc: make_follower_caches)
@@ -66,6 +71,8 @@ struct Engine::Impl final : EpStepRunner {
   std::unique_ptr<Rebalancer> rebalancer;  // under EP only
   std::unique_ptr<Failover> failover;      // under EP only (used when the communicator can re-form)
   std::unique_ptr<EpSession> session;
+  std::unique_ptr<TraceRecorder> trace;  // EngineOptions::trace_path set; the decoder records into it
+  std::string trace_path;
   EngineCore core;
 
   Impl() = default;
@@ -81,6 +88,7 @@ struct Engine::Impl final : EpStepRunner {
   // A TP follower mirrors rank 0's forward pass; every other worker joins the MoE
   // exchanges (and, in hybrid, its TP group's collectives) with no tokens.
   Status join_step() override {
+    if (dp_follower) return decoder->dp_follow(follower_caches);
     if (tp_follower) return decoder->tp_follow(follower_caches);
     return decoder->forward_chunk(nullptr, 0, 0, nullptr, nullptr);
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <omp.h>
 #include <sys/stat.h>
 
@@ -26,6 +27,7 @@
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
 #include "moe/moe/capacity.h"
+#include "moe/moe/ep_moe_layer.h"
 #include "moe/placement/placement_plan.h"
 #include "moe/placement/replica_planner.h"
 #include "moe/runtime/ep_session.h"
@@ -233,6 +235,28 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
                             "' applies to multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2); " + dir +
                             " has model_type '" + impl->config.model_type + "'");
   }
+  if (options.ep_micro_batches != 0 && (options.ep_micro_batches < 2 || options.ep_micro_batches > kMaxEpMicroBatches)) {
+    return invalid_argument("--ep-micro-batches " + std::to_string(options.ep_micro_batches) + " must be 0 (auto) or 2.." +
+                            std::to_string(kMaxEpMicroBatches));
+  }
+  if (options.ep_micro_batches != 0 && !options.ep_overlap) {
+    return invalid_argument("--ep-micro-batches " + std::to_string(options.ep_micro_batches) +
+                            " applies to the overlapped all-to-all: add --ep-overlap");
+  }
+  {
+    const std::optional<DType> kv = options.kv_dtype == "f32"    ? std::optional<DType>(DType::kF32)
+                                     : options.kv_dtype == "bf16" ? std::optional<DType>(DType::kBF16)
+                                     : options.kv_dtype == "f16"  ? std::optional<DType>(DType::kF16)
+                                                                  : std::nullopt;
+    if (!kv) return invalid_argument("--kv-dtype '" + options.kv_dtype + "' is not one of f32, bf16, f16");
+    const std::string why = kv_dtype_error(impl->config, *kv);
+    if (!why.empty()) return invalid_argument(dir + ": " + why);
+    impl->kv_dtype = *kv;
+  }
+  if (options.ep_overlap && options.a2a_hierarchical == 1) {
+    return invalid_argument("--ep-overlap is not available with --a2a-mode hierarchical (its two-level exchanges are "
+                            "blocking): use --a2a-mode flat or auto with --ep-overlap, or drop --ep-overlap");
+  }
   if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
     return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
   }
@@ -281,9 +305,18 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     ctx.comm = ep_comm;
     ctx.placement = ExpertPlacement::contiguous(impl->config.router.num_experts, ep_comm->size());
     ctx.options.overlap = options.ep_overlap;
+    ctx.options.micro_batches = options.ep_micro_batches;
     ctx.options.a2a_bf16 = options.a2a_bf16;
     ctx.options.hierarchical =
         options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && ep_comm->num_nodes() > 1);
+    if (ctx.options.hierarchical && options.ep_overlap) {  // auto on several nodes (1 was refused above)
+      ctx.options.hierarchical = false;
+      if (ep_comm->rank() == 0) {
+        MOE_LOG_WARN("--ep-overlap: the group spans {} nodes, but the hierarchical all-to-all has no overlap; using "
+                     "the flat all-to-all (overlapped)",
+                     ep_comm->num_nodes());
+      }
+    }
     if (impl->tensor_parallel() && options.fused_moe) {
       // The fused path's EP group has one rank per node: its all-to-all is flat (the
       // hierarchical one would have nothing to forward inside a node).
@@ -348,6 +381,20 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   return ok_status();
 }
 
+// --trace: a positive event budget; rank 0 (the writer) needs the file's directory.
+Status check_trace_options(const EngineOptions& options, int rank) {
+  if (options.trace_path.empty()) return ok_status();
+  if (options.trace_max_events < 1) {
+    return invalid_argument("trace_max_events must be >= 1 (got " + std::to_string(options.trace_max_events) + ")");
+  }
+  const std::filesystem::path dir = std::filesystem::path(options.trace_path).parent_path();
+  std::error_code ec;
+  if (rank == 0 && !dir.empty() && !std::filesystem::is_directory(dir, ec)) {
+    return invalid_argument("trace file " + options.trace_path + ": directory " + dir.string() + " does not exist");
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
@@ -361,6 +408,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   // The TP and EP groups (collective; its errors are the same on every rank).
   MOE_RETURN_IF_ERROR(open_parallel_groups(options, impl.get()));
   Status local = open_local(options, impl.get());
+  if (local.ok()) local = check_trace_options(options, impl->comm == nullptr ? 0 : impl->comm->rank());
   if (impl->comm != nullptr) {
     const uint64_t fp = local.ok() ? model_fingerprint(*impl->source, impl->weights) : 0;
     MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
@@ -405,13 +453,30 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     decoder_options.tp.driver_group = g.ep_rank == 0;
     decoder_options.tp.fused_moe = options.fused_moe && g.ep_size > 1;  // hybrid only
     impl->tp_follower = g.ep_rank == 0 && g.tp_rank > 0;
-    if (impl->tp_follower) make_follower_caches(impl.get());
   }
+  if (options.dp_attention) {
+    // Every TP group drives its own share; the DP group is TP rank 0 of every group.
+    const ParallelGroups& g = impl->groups;
+    decoder_options.tp.driver_group = true;
+    impl->tp_follower = g.tp_rank > 0;
+    if (g.tp_rank == 0) decoder_options.dp.comm = impl->ep_comm;
+    impl->dp_follower = g.tp_rank == 0 && impl->ep_comm->rank() > 0;
+    if (impl->comm->rank() == 0) {
+      MOE_LOG_INFO("DP-attention: {} attention groups of {} rank(s); sequences spread over them, MoE EP across",
+                   impl->ep_comm->size(), std::max(g.tp_size, 1));
+    }
+  }
+  if (impl->tp_follower || impl->dp_follower) make_follower_caches(impl.get());
   decoder_options.mla_path = options.mla_attention == "naive"      ? MlaPath::kNaive
                              : options.mla_attention == "absorbed" ? MlaPath::kAbsorbed
                                                                    : MlaPath::kAuto;
   impl->decoder = std::make_unique<Decoder>(impl->run_config(), impl->run_weights(), decoder_options);
   impl->decoder->set_capacity(impl->capacity);
+  if (!options.trace_path.empty()) {
+    impl->trace = std::make_unique<TraceRecorder>(impl->comm ? impl->comm->rank() : 0, options.trace_max_events);
+    impl->trace_path = options.trace_path;
+    impl->decoder->set_trace(impl->trace.get());
+  }
   ExpertLoadStats* stats = impl->load_stats.get();
   impl->decoder->set_routing_hook([stats](int layer, const StepRoutingCounts& counts) {
     stats->record_step(layer, counts.tokens_per_expert.data(), counts.dropped, counts.rerouted, counts.degraded_tokens,
@@ -456,7 +521,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           .decoder = impl->decoder.get(),
                           .load_stats = impl->load_stats.get(),
                           .session = impl->session.get(),
-                          .failover = impl->failover.get()};
+                          .failover = impl->failover.get(),
+                          .kv_dtype = impl->kv_dtype,
+                          .dp_groups = impl->decoder->dp_groups()};
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -10,11 +10,33 @@
 
 namespace moe {
 
+Status check_dp_attention(const EngineOptions& options) {
+  if (!options.dp_attention) return ok_status();
+  const std::string flag = "--dp-attention on";
+  Communicator* world = options.comm;
+  const int tp = std::max(options.tp_size, 1);
+  if (world == nullptr) {
+    return invalid_argument(flag + " needs expert parallelism over several groups: run it under mpirun with --ep > 1");
+  }
+  const int ep = options.ep_size > 0 ? options.ep_size : world->size() / tp;
+  if (ep < 2) {
+    return invalid_argument(flag + " needs --ep > 1 (got --ep " + std::to_string(ep) +
+                            "): with one group there is no other attention replica");
+  }
+  if (options.rebalance_every > 0) return invalid_argument("--rebalance-every is not supported with " + flag);
+  if (world->can_reform()) {
+    return invalid_argument(flag + " with --comm-backend " + world->backend() +
+                            ": failover cannot re-form the DP-attention groups; use --comm-backend mpi");
+  }
+  return ok_status();
+}
+
 Status open_parallel_groups(const EngineOptions& options, Engine::Impl* impl) {
   const int tp = options.tp_size;
   if (tp < 1) return invalid_argument("--tp must be >= 1 (got " + std::to_string(tp) + ")");
   if (options.ep_size < 0) return invalid_argument("--ep must be >= 1 (got " + std::to_string(options.ep_size) + ")");
   Communicator* world = impl->comm;
+  MOE_RETURN_IF_ERROR(check_dp_attention(options));
   if (tp == 1) {
     // Expert parallelism alone: the EP group is the world (as before issue 15).
     if (world != nullptr && options.ep_size > 0 && options.ep_size != world->size()) {
@@ -75,9 +97,8 @@ void make_follower_caches(Engine::Impl* impl) {
     // capacity matches (positions are rewritten from 0), else make one of that size.
     if (impl->follower_kv == nullptr || impl->follower_kv->capacity() != capacity) {
       impl->follower_kv.reset();
-      const KvCacheShape kv = kv_cache_shape(impl->local_config);
-      impl->follower_kv = std::make_unique<KVCache>(impl->local_config.num_hidden_layers, kv.heads, kv.k_dim,
-                                                    capacity, kv.v_dim);
+      const KvCacheShape kv = kv_cache_shape(impl->local_config, impl->kv_dtype);
+      impl->follower_kv = std::make_unique<KVCache>(impl->local_config.num_hidden_layers, kv, capacity);
     }
     return impl->follower_kv.get();
   };
@@ -87,7 +108,7 @@ void make_follower_caches(Engine::Impl* impl) {
     if (p == nullptr || p->block_size() != block_size || p->num_blocks() != num_blocks) {
       impl->follower_paged.reset();
       impl->follower_paged = std::make_unique<PagedKVCache>(impl->local_config.num_hidden_layers,
-                                                            kv_cache_shape(impl->local_config),
+                                                            kv_cache_shape(impl->local_config, impl->kv_dtype),
                                                             static_cast<int>(block_size), num_blocks);
     }
     return impl->follower_paged.get();

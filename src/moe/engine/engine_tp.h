@@ -19,6 +19,11 @@ namespace moe {
 // FailedPrecondition for a backend that cannot split (e.g. gloo).
 Status open_parallel_groups(const EngineOptions& options, Engine::Impl* impl);
 
+// EngineOptions::dp_attention's requirements (InvalidArgument naming --dp-attention):
+// a communicator, --ep > 1, no --rebalance-every, a backend that does not re-form.
+// open_parallel_groups checks it first.
+Status check_dp_attention(const EngineOptions& options);
+
 // After the weights are bound (and FP8 dequantised): impl->local_config and
 // impl->tp_weights (this rank's shard, model/tp_shard.h). Without TP a copy of config and
 // weights. Errors: the sharding's (InvalidArgument naming the tensor / field).

@@ -41,6 +41,7 @@ struct Seq {
   int64_t prefill_len = 0;  // prompt + resumed tokens (SeqRequest.resume_token_ids): prefilled, then decodes
   int64_t cached = 0;       // tokens whose K/V are in the cache
   std::vector<int32_t> blocks;
+  int dp_group = 0;  // DP-attention: the group whose attention replica holds its KV (set at admission)
   std::unique_ptr<RequestSampler> sampler;    // logit_bias, penalties, sampling, logprobs
   std::vector<TokenLogprob> logprobs;         // of the output tokens not sent yet (req.logprobs >= 0)
   std::vector<TokenLogprob> prompt_logprobs;  // built while prefilling (req.prompt_logprobs >= 0)
@@ -125,6 +126,8 @@ struct Scheduler::State {
   // them, leaving the detokenizer and s.emitted where that run's events had left them.
   Status prime_resumed(Seq& s);
   Status step();
+  // DP-attention: the group with the fewest running sequences (the lowest on a tie).
+  int least_loaded_dp_group() const;
   void publish();
   // Copies the EP session's failover counters and the lost experts into the snapshot.
   void record_failover();
@@ -141,7 +144,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
     return failed_precondition("under expert parallelism the scheduler runs on rank 0; other ranks call run_worker()");
   }
   const ModelConfig& c = *core.config;
-  const KvCacheShape kv = kv_cache_shape(c);
+  const KvCacheShape kv = kv_cache_shape(c, core.kv_dtype);
   const size_t bytes_per_token = static_cast<size_t>(c.num_hidden_layers) * kv.bytes_per_token_per_layer();
   int64_t tokens = o.kv_cache_tokens;
   if (tokens == 0) {
@@ -164,8 +167,9 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   st->snap.moe_layers = core.load_stats->layer_ids();
   st->snap.expert_tokens.assign(st->snap.moe_layers.size(),
                                 std::vector<int64_t>(static_cast<size_t>(c.router.num_experts), 0));
-  MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB), up to {} sequences, {} tokens per step",
-               num_blocks, o.kv_block_size, st->kv->bytes() / 1e6, o.max_num_seqs, o.max_num_batched_tokens);
+  MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB, {}), up to {} sequences, {} tokens per step",
+               num_blocks, o.kv_block_size, st->kv->bytes() / 1e6, kv_dtype_name(kv.dtype), o.max_num_seqs,
+               o.max_num_batched_tokens);
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(st)));
 }
 
@@ -411,6 +415,12 @@ void Scheduler::State::finish(Seq& s, const std::string& reason, const std::stri
   ++snap.requests_finished;
 }
 
+int Scheduler::State::least_loaded_dp_group() const {
+  std::vector<int> load(static_cast<size_t>(std::max(core->dp_groups, 1)), 0);
+  for (const auto& s : running) ++load[static_cast<size_t>(s->dp_group)];
+  return static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+}
+
 // One engine step: every running sequence past its prompt decodes one token, then
 // prompt chunks (admission order) fill the rest of the token budget.
 Status Scheduler::State::step() {
@@ -420,7 +430,7 @@ Status Scheduler::State::step() {
   int64_t used = 0;
   for (auto& s : running) {  // decodes
     if (s->cached < s->prefill_len) continue;
-    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr, nullptr});
+    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr, nullptr, s->dp_group});
     seg_seq.push_back(s.get());
     ++used;
   }
@@ -428,7 +438,7 @@ Status Scheduler::State::step() {
   for (auto& s : running) {  // prompt chunks
     if (s->cached >= s->prefill_len || used >= budget) continue;
     const int64_t n = std::min(s->prefill_len - s->cached, budget - used);
-    segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr, nullptr});
+    segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr, nullptr, s->dp_group});
     if (!s->prompt_logprobs_sent && s->cached < s->prompt_len) {  // every row's logits, for prompt_logprobs
       s->chunk_logits.resize(static_cast<size_t>(n * core->config->vocab_size));
       segs.back().all_logits = s->chunk_logits.data();
@@ -539,6 +549,10 @@ void Scheduler::State::publish() {
   snap.running = static_cast<int>(running.size());
   snap.waiting = static_cast<int>(waiting.size());
   snap.kv_blocks_used = allocator->total_blocks() - allocator->free_blocks();
+  const EpTimings& ep = core->decoder->ep_timings();
+  snap.ep_comm_wait_seconds = ep.comm_wait_seconds;
+  snap.ep_exchange_seconds = ep.exchange_seconds;
+  snap.comm_overlap_ratio = ep.comm_overlap_ratio();
   const ExpertLoadStats& stats = *core->load_stats;
   for (size_t i = 0; i < snap.moe_layers.size(); ++i) {
     const auto& t = stats.tokens_per_expert(snap.moe_layers[i]);
@@ -550,6 +564,8 @@ void Scheduler::State::publish() {
     snap.adaptive_k_shed += stats.adaptive_dropped(l);
     snap.requeued += stats.requeued(l);
   }
+  snap.link_bytes_sent.assign(ep.bytes_to_rank.begin(), ep.bytes_to_rank.end());
+  snap.link_bytes_received.assign(ep.bytes_from_rank.begin(), ep.bytes_from_rank.end());
 }
 
 Status Scheduler::run() {
@@ -591,6 +607,7 @@ Status Scheduler::run() {
       Seq& s = *st.waiting.front();
       const int64_t need = blocks_for(s.prompt_len + s.req.max_tokens, st.options.kv_block_size);
       if (!st.allocator->allocate(need, &s.blocks)) break;
+      s.dp_group = st.least_loaded_dp_group();
       s.scheduled_at = now_seconds();
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();

@@ -1,5 +1,6 @@
 #include "moe/moe/ep_moe_layer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -7,6 +8,8 @@
 #include "moe/core/check.h"
 #include "moe/core/clock.h"
 #include "moe/moe/ep_hierarchical.h"
+#include "moe/moe/ep_trace.h"
+#include "moe/moe/ep_workspace.h"
 #include "moe/moe/ep_wire.h"
 #include "moe/moe/router.h"
 #include "moe/placement/replica_choice.h"
@@ -14,50 +17,24 @@
 
 namespace moe {
 
-namespace {
-
-// One micro-batch's exchange state; buffers are reused across calls.
-struct MicroBatch {
-  int64_t t0 = 0, n = 0;  // token range [t0, t0 + n)
-  DispatchLayout layout;
-  std::vector<int64_t> send_rows, recv_rows;
-  std::vector<size_t> send_bytes, recv_bytes, back_send_bytes, back_recv_bytes;
-  std::vector<uint8_t> send_buf, recv_buf, back_send_buf, back_recv_buf;
-  std::vector<float> recv_x, recv_w, y;
-  std::vector<int> recv_e;
-  std::vector<int> assign;             // [n, top_k] chosen replica rank (with replicas)
-  std::vector<int64_t> replica_load;   // choose_replicas scratch
-  int64_t num_recv = 0;
-  std::unique_ptr<CommRequest> request;
-  double started = 0;
-  // Stage-wise state (ep_moe_begin / ep_moe_step).
-  enum class Phase { kIdle, kDispatch, kGather, kScatter, kCombine } phase = Phase::kIdle;
-  const ModelConfig* config = nullptr;
-  const LayerWeights* layer = nullptr;
-  float* out = nullptr;
-  // expert_tp: rows received by each rank of the TP group, the all-gather of the
-  // received rows and the reduce-scatter of the partial results.
-  std::vector<int64_t> tp_rows;
-  std::vector<size_t> ag_send_bytes, ag_recv_bytes, rs_send_bytes, rs_recv_bytes;
-  std::vector<uint8_t> ag_send, ag_recv;
-  std::vector<float> y_all, rs_recv;
-  int64_t tp_total = 0, tp_offset = 0;  // rows gathered; this rank's first row among them
-};
-
-}  // namespace
-
-struct EpWorkspace {
-  MoeWorkspace moe;
-  ExpertWorkspace experts;
-  MicroBatch mb[2];
-  std::vector<float> row;  // one returned row, unpacked
-  std::vector<int> expert_node;  // [num_experts] node of each expert (node-limited routing)
-  std::vector<int> rank_node;    // [num_ranks] node of each rank
-  std::vector<uint8_t> alive;    // [num_experts] degraded mode: 0 = lost expert
-  std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> hier = make_hier_workspace();
-};
+using ep_detail::MicroBatch;
 
 void EpWorkspaceDeleter::operator()(EpWorkspace* ws) const { delete ws; }
+
+namespace ep_detail {
+
+Status check_expert_tp(const EpContext& ep) {
+  if (ep.expert_tp != nullptr && ep.options.hierarchical) {
+    return failed_precondition(
+        "the hierarchical all-to-all cannot be combined with tensor-parallel experts (EpContext::expert_tp): the EP "
+        "group has one rank per node, so there is nothing to forward inside a node; use the flat exchange");
+  }
+  return ok_status();
+}
+
+}  // namespace ep_detail
+
+using ep_detail::check_expert_tp;
 
 namespace {
 
@@ -111,7 +88,7 @@ EpWorkspacePtr make_ep_workspace(const ModelConfig& config, const EpContext& ctx
   if (!ctx.options.hierarchical) {
     // Rows received per call: at most R * (tokens per rank).
     ws->experts.reserve(config, R * max_tokens);
-    if (ctx.options.overlap) {
+    if (ctx.options.overlap) {  // two micro-batches' worth; more (micro_batches > 2) grow on first use
       reserve_micro_batch(ws->mb[0], config, ctx, max_tokens / 2);
       reserve_micro_batch(ws->mb[1], config, ctx, max_tokens - max_tokens / 2);
     } else {
@@ -143,6 +120,8 @@ struct Ctx {
 
 // Layout, counts exchange, packed send buffer.
 Status prepare(Ctx& c, MicroBatch& mb, const float* x, const TopkRoutingView& routing) {
+  TraceRecorder* trace = c.timings ? c.timings->trace : nullptr;
+  TraceSpan span(trace, TraceName::kDispatch, c.ep.layer_id);
   const TopkRoutingView mine = routing.rows(mb.t0, mb.n);  // [n, top_k]
   Communicator& comm = *c.ep.comm;
   const int R = comm.size();
@@ -162,7 +141,9 @@ Status prepare(Ctx& c, MicroBatch& mb, const float* x, const TopkRoutingView& ro
     mb.send_rows.assign(static_cast<size_t>(R), -1);
   }
   mb.recv_rows.assign(static_cast<size_t>(R), 0);
+  const double counts_t0 = trace ? now_seconds() : 0;
   MOE_RETURN_IF_ERROR(comm.alltoall_int64(mb.send_rows.data(), mb.recv_rows.data()));
+  if (trace) trace->span(TraceName::kWait, c.ep.layer_id, counts_t0, now_seconds(), 0, int(TraceExchange::kCounts));
   if (!layout_status.ok()) return layout_status.with_context("rank " + std::to_string(comm.rank()));
   for (int r = 0; r < R; ++r) {
     if (mb.recv_rows[static_cast<size_t>(r)] < 0) {
@@ -190,7 +171,10 @@ Status prepare(Ctx& c, MicroBatch& mb, const float* x, const TopkRoutingView& ro
                 static_cast<size_t>(c.top_k) * sizeof(float));
   }
   grow(mb.recv_buf, static_cast<size_t>(mb.num_recv) * c.row_bytes + 1);
-  if (c.timings) c.timings->bytes_sent += static_cast<int64_t>(total_send * c.row_bytes);
+  if (c.timings) {
+    c.timings->bytes_sent += static_cast<int64_t>(total_send * c.row_bytes);
+    add_link_bytes(c.timings, c.ep.layer_id, mb.send_bytes, mb.recv_bytes);
+  }
   return ok_status();
 }
 
@@ -209,14 +193,25 @@ Status wait_request(Ctx& c, MicroBatch& mb) {
     const double t1 = now_seconds();
     c.timings->comm_wait_seconds += t1 - t0;
     c.timings->exchange_seconds += t1 - mb.started;
+    using P = MicroBatch::Phase;  // the exchange in flight, for the trace
+    const TraceExchange kind = mb.phase == P::kDispatch  ? TraceExchange::kDispatch
+                               : mb.phase == P::kCombine ? TraceExchange::kCombine
+                                                         : TraceExchange::kTensorParallel;
+    trace_wait(*c.timings, {c.ep.layer_id, static_cast<int>(&mb - c.ws->mb), kind, mb.started, t0, t1});
   }
   return st;
 }
 
-// Polls the other micro-batch's exchange so it progresses during compute.
-void poke(MicroBatch* other) {
-  if (other != nullptr && other->request) (void)other->request->test();
-}
+// The exchanges in flight during a micro-batch's compute (null: none), polled so that
+// they progress meanwhile (MPI's nonblocking exchanges move only inside MPI calls).
+struct Pending {
+  MicroBatch* mb[2] = {nullptr, nullptr};
+  void poke() const {
+    for (MicroBatch* m : mb) {
+      if (m != nullptr && m->request) (void)m->request->test();
+    }
+  }
+};
 
 // Unpacks n dispatch rows from buf into mb.recv_x / recv_e / recv_w, checking that
 // this rank holds every expert named.
@@ -245,21 +240,33 @@ Status unpack_rows(Ctx& c, MicroBatch& mb, const uint8_t* buf, int64_t n) {
 }
 
 // y[n, hidden] = the local experts' FFN of the unpacked rows.
-void compute_rows(Ctx& c, MicroBatch& mb, int64_t n, float* y, MicroBatch* other) {
-  poke(other);
+// With exchanges pending they are polled before, during (between groups of experts:
+// ExpertWorkspace::progress) and after the compute.
+void compute_rows(Ctx& c, MicroBatch& mb, int64_t n, float* y, const Pending& pending) {
+  pending.poke();
+  const bool any = pending.mb[0] != nullptr || pending.mb[1] != nullptr;
+  if (any) c.ws->experts.progress = [&pending] { pending.poke(); };
   const double t0 = now_seconds();
   grouped_expert_ffn(MoeLayerArgs::f32(c.config, c.layer, mb.recv_x.data(), n, y),
                      TopkRoutingView{mb.recv_e.data(), mb.recv_w.data(), n, c.top_k}, &c.ws->experts);
-  if (c.timings) c.timings->compute_seconds += now_seconds() - t0;
-  poke(other);
+  const double t1 = now_seconds();
+  if (c.timings) c.timings->compute_seconds += t1 - t0;
+  if (c.timings && c.timings->trace) c.timings->trace->span(TraceName::kExpertCompute, c.ep.layer_id, t0, t1);
+  c.ws->experts.progress = nullptr;
+  pending.poke();
+}
+
+// Unpacks the dispatched rows (the exchange done) and computes them.
+Status unpack_and_compute(Ctx& c, MicroBatch& mb, const Pending& pending) {
+  const int64_t n = mb.num_recv;
+  MOE_RETURN_IF_ERROR(unpack_rows(c, mb, mb.recv_buf.data(), n));
+  compute_rows(c, mb, n, grow(mb.y, static_cast<size_t>(n * c.hidden) + 1), pending);
+  return ok_status();
 }
 
 Status finish_dispatch_and_compute(Ctx& c, MicroBatch& mb, MicroBatch* other) {
   MOE_RETURN_IF_ERROR(wait_request(c, mb));
-  const int64_t n = mb.num_recv;
-  MOE_RETURN_IF_ERROR(unpack_rows(c, mb, mb.recv_buf.data(), n));
-  compute_rows(c, mb, n, grow(mb.y, static_cast<size_t>(n * c.hidden) + 1), other);
-  return ok_status();
+  return unpack_and_compute(c, mb, Pending{{other, nullptr}});
 }
 
 // expert_tp, after the dispatch: all-gather the received rows (packed, as they arrived)
@@ -299,7 +306,7 @@ Status compute_and_start_tp_scatter(Ctx& c, MicroBatch& mb, MicroBatch* other) {
   const int64_t n = mb.tp_total;
   MOE_RETURN_IF_ERROR(unpack_rows(c, mb, mb.ag_recv.data(), n));
   float* y = grow(mb.y_all, static_cast<size_t>(n * c.hidden) + 1);
-  compute_rows(c, mb, n, y, other);
+  compute_rows(c, mb, n, y, Pending{{other, nullptr}});
   const size_t row = static_cast<size_t>(c.hidden) * sizeof(float);
   mb.rs_send_bytes.resize(T);
   mb.rs_recv_bytes.assign(T, static_cast<size_t>(mb.num_recv) * row);
@@ -327,6 +334,7 @@ Status finish_tp_scatter(Ctx& c, MicroBatch& mb) {
 }
 
 Status start_combine(Ctx& c, MicroBatch& mb) {
+  TraceSpan span(c.timings ? c.timings->trace : nullptr, TraceName::kCombine, c.ep.layer_id);
   const int R = c.ep.comm->size();
   const size_t out_row = static_cast<size_t>(c.hidden) * c.act_bytes;
   mb.back_send_bytes.resize(static_cast<size_t>(R));
@@ -341,13 +349,17 @@ Status start_combine(Ctx& c, MicroBatch& mb) {
   mb.started = now_seconds();
   MOE_ASSIGN_OR_RETURN(mb.request, c.ep.comm->ialltoallv(send, mb.back_send_bytes, mb.back_recv_buf.data(),
                                                          mb.back_recv_bytes));
-  if (c.timings) c.timings->bytes_sent += static_cast<int64_t>(mb.num_recv * out_row);
+  if (c.timings) {
+    c.timings->bytes_sent += static_cast<int64_t>(mb.num_recv * out_row);
+    add_link_bytes(c.timings, c.ep.layer_id, mb.back_send_bytes, mb.back_recv_bytes);
+  }
   return ok_status();
 }
 
 // Sums the returned partial results into out, rank by rank (ascending).
 Status finish_combine(Ctx& c, MicroBatch& mb, float* out) {
   MOE_RETURN_IF_ERROR(wait_request(c, mb));
+  TraceSpan span(c.timings ? c.timings->trace : nullptr, TraceName::kCombine, c.ep.layer_id);
   const size_t out_row = static_cast<size_t>(c.hidden) * c.act_bytes;
   std::vector<float>& tmp = c.ws->row;
   if (tmp.size() < static_cast<size_t>(c.hidden)) tmp.resize(static_cast<size_t>(c.hidden));
@@ -372,14 +384,6 @@ Ctx make_ctx(const ModelConfig& config, const LayerWeights& layer, const EpConte
   return c;
 }
 
-Status check_expert_tp(const EpContext& ep) {
-  if (ep.expert_tp != nullptr && ep.options.hierarchical) {
-    return failed_precondition(
-        "the hierarchical all-to-all cannot be combined with tensor-parallel experts (EpContext::expert_tp): the EP "
-        "group has one rank per node, so there is nothing to forward inside a node; use the flat exchange");
-  }
-  return ok_status();
-}
 
 // The micro-batch's next stage; true once its rows of mb.out hold the result. On error
 // the micro-batch is idle again (its exchange in flight, if any, abandoned).
@@ -454,11 +458,58 @@ Status run_micro_batches(Ctx& c, MicroBatch* a, MicroBatch* b) {
   return ok_status();
 }
 
+// N >= 2 micro-batches, pipelined (flat exchange, no expert_tp): micro-batch i's
+// compute runs while i+1's dispatch and i-1's combine are in flight. Every rank issues
+// the exchanges in the same order: d0, then per i: d(i+1), c(i); c(i-1) is waited on
+// after c(i) is issued.
+Status run_pipeline(Ctx& c, MicroBatch* mbs, int n) {
+  MOE_RETURN_IF_ERROR(issue_dispatch(c, mbs[0]));
+  for (int i = 0; i < n; ++i) {
+    MicroBatch& mb = mbs[i];
+    MOE_RETURN_IF_ERROR(wait_request(c, mb));
+    MicroBatch* next = i + 1 < n ? &mbs[i + 1] : nullptr;
+    MicroBatch* prev = i > 0 ? &mbs[i - 1] : nullptr;
+    if (next != nullptr) MOE_RETURN_IF_ERROR(issue_dispatch(c, *next));
+    MOE_RETURN_IF_ERROR(unpack_and_compute(c, mb, Pending{{next, prev}}));
+    MOE_RETURN_IF_ERROR(start_combine(c, mb));
+    if (prev != nullptr) MOE_RETURN_IF_ERROR(finish_combine(c, *prev, prev->out));
+  }
+  return finish_combine(c, mbs[n - 1], mbs[n - 1].out);
+}
+
+// Tokens per micro-batch that the automatic choice aims at.
+constexpr int64_t kAutoTokensPerMicroBatch = 64;
+
+// The number of micro-batches of this call (the same on every rank).
+StatusOr<int> micro_batch_count(const EpContext& ep, int64_t num_tokens) {
+  const int fixed = ep.options.micro_batches;
+  if (fixed != 0 && (fixed < 2 || fixed > kMaxEpMicroBatches)) {
+    return invalid_argument("EpOptions.micro_batches must be 0 (auto) or 2.." + std::to_string(kMaxEpMicroBatches) +
+                            " (got " + std::to_string(fixed) + ")");
+  }
+  if (ep.expert_tp != nullptr) return 2;
+  if (fixed != 0) return fixed;
+  int64_t total = num_tokens;
+  MOE_RETURN_IF_ERROR(ep.comm->allreduce_sum(&total, 1));
+  const int64_t per_rank = total / std::max(1, ep.comm->size());
+  return static_cast<int>(std::clamp<int64_t>(per_rank / kAutoTokensPerMicroBatch, 2, kMaxEpMicroBatches));
+}
+
 }  // namespace
+
+double EpTimings::comm_overlap_ratio() const {
+  if (exchange_seconds <= 0) return 0;
+  return std::clamp(1.0 - comm_wait_seconds / exchange_seconds, 0.0, 1.0);
+}
 
 Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ep,
                              EpWorkspace* ws, EpTimings* timings) {
   MOE_RETURN_IF_ERROR(check_expert_tp(ep));
+  if (ep.options.hierarchical && ep.options.overlap) {
+    return failed_precondition(
+        "EpOptions.overlap (--ep-overlap) is not available with the hierarchical all-to-all (--a2a-mode "
+        "hierarchical): its exchanges are blocking; use the flat exchange for overlap");
+  }
   if (ep.options.hierarchical) return ep_hierarchical_forward(args, routing, ep, ws->hier.get(), timings);
   check_moe_layer_args(args);
   MOE_CHECK(routing.num_tokens == args.num_tokens() && routing.num_topk == args.config.router.top_k);
@@ -477,20 +528,31 @@ Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& ro
     MOE_RETURN_IF_ERROR(issue_dispatch(c, mb));
     return run_micro_batches(c, &mb, nullptr);
   }
-  // Two micro-batches: A's compute overlaps B's dispatch, B's compute overlaps A's
-  // combine (with expert_tp, one's node-local gather/scatter overlaps the other's
-  // cross-node exchange). Every rank issues the exchanges in the same order.
-  MicroBatch& a = ws->mb[0];
-  MicroBatch& b = ws->mb[1];
-  a.t0 = 0;
-  a.n = num_tokens / 2;
-  b.t0 = a.n;
-  b.n = num_tokens - a.n;
-  MOE_RETURN_IF_ERROR(prepare_micro_batch(c, a, x, routing, out));
-  MOE_RETURN_IF_ERROR(prepare_micro_batch(c, b, x, routing, out));
-  MOE_RETURN_IF_ERROR(issue_dispatch(c, a));
-  MOE_RETURN_IF_ERROR(issue_dispatch(c, b));
-  return run_micro_batches(c, &a, &b);
+  MOE_ASSIGN_OR_RETURN(const int n_mb, micro_batch_count(ep, num_tokens));
+  if (ep.expert_tp != nullptr) {
+    // Two micro-batches, stage by stage: one's node-local gather/scatter and compute
+    // overlap the other's cross-node exchange. Every rank issues the exchanges in the
+    // same order.
+    MicroBatch& a = ws->mb[0];
+    MicroBatch& b = ws->mb[1];
+    a.t0 = 0;
+    a.n = num_tokens / 2;
+    b.t0 = a.n;
+    b.n = num_tokens - a.n;
+    MOE_RETURN_IF_ERROR(prepare_micro_batch(c, a, x, routing, out));
+    MOE_RETURN_IF_ERROR(prepare_micro_batch(c, b, x, routing, out));
+    MOE_RETURN_IF_ERROR(issue_dispatch(c, a));
+    MOE_RETURN_IF_ERROR(issue_dispatch(c, b));
+    return run_micro_batches(c, &a, &b);
+  }
+  // Micro-batch i: tokens [i * num_tokens / n, (i + 1) * num_tokens / n).
+  for (int i = 0; i < n_mb; ++i) {
+    MicroBatch& mb = ws->mb[i];
+    mb.t0 = num_tokens * i / n_mb;
+    mb.n = num_tokens * (i + 1) / n_mb - mb.t0;
+    MOE_RETURN_IF_ERROR(prepare_micro_batch(c, mb, x, routing, out));
+  }
+  return run_pipeline(c, ws->mb, n_mb);
 }
 
 Status ep_moe_begin(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpStageCall& call) {
@@ -524,51 +586,5 @@ StatusOr<bool> ep_moe_step(const EpStageCall& call) {
   Ctx c = make_ctx(*mb.config, *mb.layer, *call.ctx, call.ws, call.timings);
   return step_micro_batch(c, mb, &call.ws->mb[1 - call.slot]);
 }
-
-StatusOr<TopkRoutingView> ep_route_tokens(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws) {
-  const ModelConfig& config = args.config;
-  const int E = config.router.num_experts;
-  if (ctx.placement.num_experts() != E) {
-    return invalid_argument("the expert placement has " + std::to_string(ctx.placement.num_experts()) +
-                            " experts but the model layer has " + std::to_string(E));
-  }
-  // Degraded mode: lost experts are never selected. Every rank holds the same
-  // placement, so every rank fails here alike, before any exchange.
-  const int lost = ctx.placement.num_lost();
-  const uint8_t* alive = nullptr;
-  if (lost > 0) {
-    if (E - lost < config.router.top_k) {
-      return failed_precondition((ctx.layer_id >= 0 ? "layer " + std::to_string(ctx.layer_id) : std::string("MoE layer")) +
-                                 ": only " + std::to_string(E - lost) + " of " + std::to_string(E) +
-                                 " experts have a live replica, fewer than top_k = " +
-                                 std::to_string(config.router.top_k) + " (" + std::to_string(lost) + " lost)");
-    }
-    ws->alive.resize(static_cast<size_t>(E));  // (no allocation after the first degraded step)
-    for (int e = 0; e < E; ++e) ws->alive[static_cast<size_t>(e)] = ctx.placement.is_lost(e) ? 0 : 1;
-    alive = ws->alive.data();
-  }
-  const int max_nodes = ctx.options.max_nodes_per_token;
-  NodeLimit limit;
-  std::vector<int>& expert_node = ws->expert_node;
-  if (max_nodes > 0 && max_nodes < ctx.comm->num_nodes()) {
-    expert_node.resize(static_cast<size_t>(config.router.num_experts));
-    for (int e = 0; e < config.router.num_experts; ++e) {
-      // A lost expert is masked by the router; its node does not matter.
-      expert_node[static_cast<size_t>(e)] = ctx.placement.is_lost(e) ? 0 : ctx.comm->node_of(ctx.placement.rank_of(e));
-    }
-    limit = NodeLimit{expert_node.data(), ctx.comm->num_nodes(), max_nodes};
-  }
-  const RouteOptions route{ctx.options.capacity, ctx.comm, limit.expert_node ? &limit : nullptr, alive};
-  MOE_RETURN_IF_ERROR(route_tokens(args, route, &ws->moe));
-  return ws->moe.routing(args.num_tokens(), config.router.top_k);
-}
-
-Status ep_moe_forward(const MoeLayerArgs& args, const EpContext& ctx, EpWorkspace* ws, EpTimings* timings) {
-  MOE_RETURN_IF_ERROR(check_expert_tp(ctx));  // before the routing's exchanges
-  MOE_ASSIGN_OR_RETURN(const TopkRoutingView routing, ep_route_tokens(args, ctx, ws));
-  return ep_moe_forward_routed(args, routing, ctx, ws, timings);
-}
-
-const StepRoutingCounts& ep_last_routing_counts(const EpWorkspace& ws) { return ws.moe.counts; }
 
 }  // namespace moe

@@ -4,8 +4,11 @@
 //   layout -> counts all-to-all -> dispatch alltoallv (one row per (token, rank), with
 //   the token's expert ids and weights for that rank) -> local grouped expert FFN with
 //   the weighted sum over the rank's experts -> combine alltoallv back -> sum over ranks.
-// With overlap, the tokens are split into two micro-batches and one's expert compute
-// runs while the other's dispatch or combine is in flight (nonblocking alltoallv).
+// With overlap, the tokens are split into N micro-batches (EpOptions::micro_batches) and
+// pipelined: micro-batch i's expert compute runs while i+1's dispatch and i-1's combine
+// are in flight (nonblocking alltoallv, polled between groups of experts), so at most
+// the first dispatch and the last combine are exposed: up to 1 - 1/N of the exchange
+// time hidden when expert compute is at least the exchange time.
 //
 // Result equals moe_forward up to f32 summation order (partial sums per rank).
 //
@@ -35,15 +38,21 @@
 #include "moe/moe/topk_routing.h"
 #include "moe/placement/expert_placement.h"
 #include "moe/status.h"
+#include "moe/trace/trace_recorder.h"
 
 namespace moe {
 
 struct EpOptions {
   bool a2a_bf16 = false;  // send activations as bf16 (half the bytes; not bit-equal to 1 rank)
-  bool overlap = false;   // two micro-batches, communication overlapped with expert compute
+  bool overlap = false;   // micro-batches, communication overlapped with expert compute
+  // With overlap: the number of micro-batches, 2..kMaxEpMicroBatches; 0 = auto: from the
+  // group's mean tokens per rank (one int64 all-reduce per call), about 64 tokens per
+  // micro-batch, at least 2. Forced to 2 with expert_tp (the hybrid's node-local stages).
+  // Another value: InvalidArgument.
+  int micro_batches = 0;
   // Two-level all-to-all over the communicator's nodes (ep_hierarchical.h): a token
-  // crosses to a remote node once, then is forwarded inside it. Blocking exchanges
-  // (overlap is not applied in this mode).
+  // crosses to a remote node once, then is forwarded inside it. Blocking exchanges:
+  // hierarchical together with overlap is FailedPrecondition (not built yet).
   bool hierarchical = false;
   // Node-limited routing (DeepSeek-V3 report, sec. 2.1.2): 0 = off; M > 0 restricts
   // each token to experts on at most M nodes (route_node_limited in router.h).
@@ -80,7 +89,22 @@ struct EpTimings {
   double exchange_seconds = 0;    // total time of dispatch+combine exchanges, start to finish
   int64_t calls = 0;
   int64_t bytes_sent = 0;
+  // The fraction of the exchanges' time hidden behind other work: 1 - comm_wait /
+  // exchange (0 with blocking exchanges, which are waited on at once; 0 when no
+  // exchange ran), clamped to [0, 1].
+  double comm_overlap_ratio() const;
+  // Per-link traffic of the flat exchange (dispatch + combine), summed over calls:
+  // [comm size] bytes this rank sent to / received from each rank of ctx.comm (its own
+  // index: rows it kept, a local copy). Sized on the first call; sum(bytes_to_rank) ==
+  // bytes_sent. The hierarchical exchange counts bytes_sent only.
+  std::vector<int64_t> bytes_to_rank, bytes_from_rank;
+  // Per-step spans (router, dispatch, waits, expert compute, combine) and per-link bytes
+  // go here when set (not owned; null = tracing off).
+  TraceRecorder* trace = nullptr;
 };
+
+// The most micro-batches EpOptions::micro_batches takes.
+inline constexpr int kMaxEpMicroBatches = 8;
 
 struct EpWorkspace;  // defined in ep_moe_layer.cc
 struct EpWorkspaceDeleter {

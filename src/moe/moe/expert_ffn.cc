@@ -94,33 +94,50 @@ void grouped_expert_ffn(const MoeLayerArgs& args, const TopkRoutingView& routing
   float* ye = grow(ws->expert_out, static_cast<size_t>(cap * hidden));  // [cap, hidden]
   std::vector<LinearJob>& jobs = ws->jobs;
   for (int64_t c0 = 0; c0 < n_assign; c0 += chunk) {
-    const int64_t c1 = std::min(n_assign, c0 + chunk), rows = c1 - c0;
+    const int64_t c1 = std::min(n_assign, c0 + chunk);
     for (int64_t i = c0; i < c1; ++i) {
       std::memcpy(xe + (i - c0) * hidden, x + static_cast<int64_t>(g.token_idx[static_cast<size_t>(i)]) * hidden,
                   static_cast<size_t>(hidden) * sizeof(float));
     }
     // Expert segments [begin, end) of this chunk, relative to c0.
-    auto for_each_segment = [&](auto&& fn) {
-      for (int e = 0; e < num_experts; ++e) {
+    auto for_each_segment = [&](int e0, int e1, auto&& fn) {
+      for (int e = e0; e < e1; ++e) {
         const int64_t begin = std::max<int64_t>(g.offsets[static_cast<size_t>(e)], c0);
         const int64_t end = std::min<int64_t>(g.offsets[static_cast<size_t>(e) + 1], c1);
         if (end > begin) fn(e, begin - c0, end - begin);
       }
     };
-    jobs.clear();
-    for_each_segment([&](int e, int64_t begin, int64_t n) {
-      const ExpertWeights& ew = layer.experts[static_cast<size_t>(e)];
-      MOE_CHECK(ew.loaded);
-      jobs.push_back({xe + begin * hidden, n, &ew.w1, gate + begin * inter});
-      jobs.push_back({xe + begin * hidden, n, &ew.w3, up + begin * inter});
-    });
-    linear_many(jobs.data(), jobs.size(), ws->kernel);
-    silu_mul(gate, up, rows * inter, gate);
-    jobs.clear();
-    for_each_segment([&](int e, int64_t begin, int64_t n) {
-      jobs.push_back({gate + begin * inter, n, &layer.experts[static_cast<size_t>(e)].w2, ye + begin * hidden});
-    });
-    linear_many(jobs.data(), jobs.size(), ws->kernel);
+    // Experts [e0, e1) of this chunk: w1/w3, SwiGLU, w2; with a progress hook the
+    // experts go in kProgressSlices slices, the hook called after each.
+    auto run_experts = [&](int e0, int e1) {
+      jobs.clear();
+      int64_t r0 = -1, r1 = -1;  // the slice's rows, relative to c0 (contiguous: assignments sorted by expert)
+      for_each_segment(e0, e1, [&](int e, int64_t begin, int64_t n) {
+        const ExpertWeights& ew = layer.experts[static_cast<size_t>(e)];
+        MOE_CHECK(ew.loaded);
+        jobs.push_back({xe + begin * hidden, n, &ew.w1, gate + begin * inter});
+        jobs.push_back({xe + begin * hidden, n, &ew.w3, up + begin * inter});
+        if (r0 < 0) r0 = begin;
+        r1 = begin + n;
+      });
+      if (jobs.empty()) return;
+      linear_many(jobs.data(), jobs.size(), ws->kernel);
+      silu_mul(gate + r0 * inter, up + r0 * inter, (r1 - r0) * inter, gate + r0 * inter);
+      jobs.clear();
+      for_each_segment(e0, e1, [&](int e, int64_t begin, int64_t n) {
+        jobs.push_back({gate + begin * inter, n, &layer.experts[static_cast<size_t>(e)].w2, ye + begin * hidden});
+      });
+      linear_many(jobs.data(), jobs.size(), ws->kernel);
+    };
+    if (!ws->progress) {
+      run_experts(0, num_experts);
+    } else {
+      const int step = std::max(1, (num_experts + ExpertWorkspace::kProgressSlices - 1) / ExpertWorkspace::kProgressSlices);
+      for (int e0 = 0; e0 < num_experts; e0 += step) {
+        run_experts(e0, std::min(num_experts, e0 + step));
+        ws->progress();
+      }
+    }
     // Combine in assignment order = ascending expert id for every row.
     for (int64_t i = c0; i < c1; ++i) {
       const float w = g.weight[static_cast<size_t>(i)];

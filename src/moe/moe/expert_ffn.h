@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "moe/model/config.h"
@@ -44,6 +45,13 @@ struct ExpertWorkspace {
   ExpertGroups groups;
   KernelOptions kernel;  // how the expert projections run (set by the owner)
   std::vector<int> cursor;  // group_by_expert scratch: [num_experts]
+  // Optional: called on the calling thread between groups of experts (about
+  // kProgressSlices per chunk of rows), e.g. to progress nonblocking exchanges in
+  // flight during the compute (ep_moe_layer's overlap). The results do not change: each
+  // expert's projections run as the same GEMV/GEMM jobs, only in several parallel
+  // regions instead of one.
+  std::function<void()> progress;
+  static constexpr int kProgressSlices = 4;
 
   // Capacity for calls of up to max_rows rows of `config`'s MoE layers (call once,
   // after setting max_chunk_rows, before the layer loop).

@@ -8,8 +8,8 @@ void causal_attention(const TensorView& q, int64_t start_pos, const KvView& cach
                       const KernelOptions& options) {
   const TensorView& k = cache.k;
   const TensorView& v = cache.v;
-  MOE_CHECK(q.dtype() == DType::kF32 && k.dtype() == DType::kF32 && v.dtype() == DType::kF32 &&
-            out.dtype() == DType::kF32);
+  MOE_CHECK(q.dtype() == DType::kF32 && out.dtype() == DType::kF32 && k.dtype() == v.dtype());
+  MOE_CHECK(k.dtype() == DType::kF32 || k.dtype() == DType::kBF16 || k.dtype() == DType::kF16);
   MOE_CHECK(q.ndim() == 3 && out.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3);
   MOE_CHECK(q.is_contiguous() && out.is_contiguous() && k.is_contiguous() && v.is_contiguous());
   MOE_CHECK(out.dim(0) == q.dim(0) && out.dim(1) == q.dim(1) && out.dim(2) == q.dim(2));
@@ -21,8 +21,8 @@ void causal_attention(const TensorView& q, int64_t start_pos, const KvView& cach
                              k.dim(1)};
   switch (q.device()) {
     case Device::kCpu:
-      cpu::causal_attention({q.data_as<const float>(), q.dim(0), start_pos, k.data_as<const float>(),
-                             v.data_as<const float>(), out.data_as<float>()},
+      cpu::causal_attention({q.data_as<const float>(), q.dim(0), start_pos, k.data(), v.data(), out.data_as<float>(),
+                             k.dtype()},
                             shape, options);
       return;
   }

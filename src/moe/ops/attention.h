@@ -2,8 +2,10 @@
 //
 //   q:     [m, num_heads, head_dim] f32, contiguous, already rotated; query t sits at
 //          position start_pos + t and attends to positions [0, start_pos + t].
-//   cache: k and v [num_kv_heads, capacity, head_dim] f32, contiguous, positions
-//          [0, start_pos + m) already written (start_pos + m <= capacity).
+//   cache: k and v [num_kv_heads, capacity, head_dim], both f32, bf16 or f16 (the KV
+//          cache's dtype), contiguous, positions [0, start_pos + m) already written
+//          (start_pos + m <= capacity). Decode reads 16-bit rows directly (widened in
+//          registers); the sgemm path widens one head's rows to f32 scratch first.
 //   out:   [m, num_heads, head_dim] f32, contiguous, overwritten.
 // Query head h reads KV head h / (num_heads / num_kv_heads). Scores are scaled by
 // 1/sqrt(head_dim) and softmaxed in f32. Decode-sized m uses dot loops; larger m uses

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <optional>
 #include <cmath>
 #include <vector>
@@ -19,22 +20,35 @@ namespace {
 constexpr int64_t kQueryBlock = 128;  // queries per sgemm block (bounds scratch memory)
 
 // One query row against one KV head (decode path).
-void attend_one(const detail::QueryTask& task, const float* k, const float* v) {
+template <typename Elem>
+void attend_one(const detail::QueryTask& task, const Elem* k, const Elem* v) {
   const int hd = task.hd;
   detail::attend_query(
       task, [k, hd](int64_t p) { return k + p * hd; }, [v, hd](int64_t p) { return v + p * hd; });
 }
 
-}  // namespace
+// rows [n, hd] of a 16-bit cache -> f32 (the sgemm path's operand).
+template <typename Elem>
+const float* widen(const Elem* rows, int64_t n, std::vector<float>* scratch) {
+  if constexpr (std::is_same_v<Elem, float>) {
+    return rows;
+  } else {
+    scratch->resize(static_cast<size_t>(n));
+    convert_to_f32(rows, std::is_same_v<Elem, detail::Bf16> ? DType::kBF16 : DType::kF16, scratch->data(),
+                   static_cast<size_t>(n));
+    return scratch->data();
+  }
+}
 
-namespace cpu {
-
-void causal_attention(const CausalAttentionArgs& args, const AttentionShape& s, const KernelOptions& options) {
+// Elem: float, detail::Bf16 or detail::F16 (the cache's dtype).
+template <typename Elem>
+void causal_attention_typed(const cpu::CausalAttentionArgs& args, const AttentionShape& s,
+                            const KernelOptions& options) {
   const float* q = args.q;
   const int64_t m = args.m;
   const int64_t start_pos = args.start_pos;
-  const float* k_cache = args.k_cache;
-  const float* v_cache = args.v_cache;
+  const Elem* k_cache = static_cast<const Elem*>(args.k_cache);
+  const Elem* v_cache = static_cast<const Elem*>(args.v_cache);
   float* out = args.out;
   const int hd = s.head_dim;
   const int64_t row = static_cast<int64_t>(s.num_heads) * hd;
@@ -50,13 +64,14 @@ void causal_attention(const CausalAttentionArgs& args, const AttentionShape& s, 
 #pragma omp parallel if (parallel)
   {
     static thread_local std::vector<float> scores;  // per OpenMP thread, reused across calls
+    static thread_local std::vector<float> k_f32, v_f32;  // a 16-bit cache's head, widened (sgemm path)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < work; ++item) {
       const int h = static_cast<int>(item / num_qblocks);
       const int64_t qb = item % num_qblocks;
       const int kvh = h / group;
-      const float* k = k_cache + static_cast<int64_t>(kvh) * s.capacity * hd;
-      const float* v = v_cache + static_cast<int64_t>(kvh) * s.capacity * hd;
+      const Elem* k = k_cache + static_cast<int64_t>(kvh) * s.capacity * hd;
+      const Elem* v = v_cache + static_cast<int64_t>(kvh) * s.capacity * hd;
       const int64_t t0 = qb * kQueryBlock;
       const int64_t nq = std::min(kQueryBlock, m - t0);
       const int64_t ctx = start_pos + t0 + nq;  // keys visible to the block's last query
@@ -69,9 +84,11 @@ void causal_attention(const CausalAttentionArgs& args, const AttentionShape& s, 
         continue;
       }
       scores.resize(static_cast<size_t>(nq * ctx));
+      const float* kf = widen(k, ctx * hd, &k_f32);
+      const float* vf = widen(v, ctx * hd, &v_f32);
       // S = Q_blk K^T * scale: [nq, ctx]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nq), static_cast<int>(ctx), hd,
-                  scale, q + t0 * row + h * hd, static_cast<int>(row), k, hd, 0.0f, scores.data(),
+                  scale, q + t0 * row + h * hd, static_cast<int>(row), kf, hd, 0.0f, scores.data(),
                   static_cast<int>(ctx));
       for (int64_t i = 0; i < nq; ++i) {
         float* srow = scores.data() + i * ctx;
@@ -81,9 +98,21 @@ void causal_attention(const CausalAttentionArgs& args, const AttentionShape& s, 
       }
       // O_blk = S V: [nq, hd]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nq), hd, static_cast<int>(ctx),
-                  1.0f, scores.data(), static_cast<int>(ctx), v, hd, 0.0f, out + t0 * row + h * hd,
+                  1.0f, scores.data(), static_cast<int>(ctx), vf, hd, 0.0f, out + t0 * row + h * hd,
                   static_cast<int>(row));
     }
+  }
+}
+
+}  // namespace
+
+namespace cpu {
+
+void causal_attention(const CausalAttentionArgs& args, const AttentionShape& s, const KernelOptions& options) {
+  switch (args.kv_dtype) {
+    case DType::kBF16: causal_attention_typed<detail::Bf16>(args, s, options); return;
+    case DType::kF16: causal_attention_typed<detail::F16>(args, s, options); return;
+    default: causal_attention_typed<float>(args, s, options); return;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "moe/ops/kernel_options.h"
+#include "moe/tensor/dtype.h"
 
 namespace moe {
 
@@ -31,18 +32,20 @@ struct CausalAttentionArgs {
   const float* q;        // [m, num_heads * head_dim]
   int64_t m;
   int64_t start_pos;
-  const float* k_cache;  // [num_kv_heads, capacity, head_dim]
-  const float* v_cache;
+  const void* k_cache;   // [num_kv_heads, capacity, head_dim] of kv_dtype
+  const void* v_cache;
   float* out;            // [m, num_heads * head_dim]
+  DType kv_dtype = DType::kF32;  // f32, bf16 or f16
 };
 void causal_attention(const CausalAttentionArgs& args, const AttentionShape& shape, const KernelOptions& options);
 
 // One layer's block pools: block b, KV head h, offset o at
 // ((b * num_kv_heads + h) * block_size + o) * head_dim. shape.capacity is unused.
 struct PagedPools {
-  const float* k_layer;
-  const float* v_layer;
+  const void* k_layer;  // elements of dtype
+  const void* v_layer;
   int block_size;
+  DType dtype = DType::kF32;  // f32, bf16 or f16
 };
 void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const PagedPools& pools,
                             const AttentionShape& shape);

@@ -7,7 +7,8 @@ namespace moe {
 void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const KvView& pools, int num_heads) {
   const TensorView& k = pools.k;
   const TensorView& v = pools.v;
-  MOE_CHECK(k.dtype() == DType::kF32 && v.dtype() == DType::kF32);
+  MOE_CHECK(k.dtype() == v.dtype());
+  MOE_CHECK(k.dtype() == DType::kF32 || k.dtype() == DType::kBF16 || k.dtype() == DType::kF16);
   MOE_CHECK(k.ndim() == 4 && v.ndim() == 4 && k.is_contiguous() && v.is_contiguous());
   for (int d = 0; d < 4; ++d) MOE_CHECK(k.dim(d) == v.dim(d));
   MOE_CHECK(k.dim(1) > 0 && num_heads % k.dim(1) == 0 && k.device() == v.device());
@@ -15,7 +16,7 @@ void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, cons
   switch (k.device()) {
     case Device::kCpu:
       cpu::paged_causal_attention(
-          seqs, num_seqs, cpu::PagedPools{k.data_as<const float>(), v.data_as<const float>(), static_cast<int>(k.dim(2))},
+          seqs, num_seqs, cpu::PagedPools{k.data(), v.data(), static_cast<int>(k.dim(2)), k.dtype()},
           shape);
       return;
   }

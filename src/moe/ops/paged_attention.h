@@ -14,7 +14,8 @@ namespace moe {
 //   seqs:  [num_seqs] sequences (PagedAttentionSeq: q / out rows [m, num_heads * head_dim]
 //          f32, positions, block table); q and out must not overlap.
 //   pools: one layer's block pools (PagedKVCache::layer), k and v
-//          [num_blocks, num_kv_heads, block_size, head_dim] f32, contiguous.
+//          [num_blocks, num_kv_heads, block_size, head_dim], both f32, bf16 or f16,
+//          contiguous (16-bit rows are read directly, widened to f32 in registers).
 // Block ids are not checked here (PagedKVCache::write checks them). Work is split over
 // OpenMP threads by (query, head); results do not depend on the thread count.
 void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const KvView& pools, int num_heads);

@@ -9,10 +9,14 @@
 
 namespace moe::cpu {
 
-void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const PagedPools& pools,
-                            const AttentionShape& s) {
-  const float* k_layer = pools.k_layer;
-  const float* v_layer = pools.v_layer;
+namespace {
+
+// Elem: float, detail::Bf16 or detail::F16 (the pools' dtype).
+template <typename Elem>
+void paged_attention_typed(const PagedAttentionSeq* seqs, size_t num_seqs, const PagedPools& pools,
+                           const AttentionShape& s) {
+  const Elem* k_layer = static_cast<const Elem*>(pools.k_layer);
+  const Elem* v_layer = static_cast<const Elem*>(pools.v_layer);
   const int block_size = pools.block_size;
   const int hd = s.head_dim;
   const int64_t row = static_cast<int64_t>(s.num_heads) * hd;
@@ -50,7 +54,7 @@ void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, cons
       const int32_t* table = sq.block_table;
       for (int h = 0; h < s.num_heads; ++h) {
         const int64_t kvh = h / group;
-        auto locate = [&](const float* pool) {
+        auto locate = [&](const Elem* pool) {
           return [pool, table, block_size, block_stride, head_stride, kvh, hd](int64_t p) {
             return pool + table[p / block_size] * block_stride + kvh * head_stride + (p % block_size) * hd;
           };
@@ -59,6 +63,17 @@ void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, cons
                              locate(k_layer), locate(v_layer));
       }
     }
+  }
+}
+
+}  // namespace
+
+void paged_causal_attention(const PagedAttentionSeq* seqs, size_t num_seqs, const PagedPools& pools,
+                            const AttentionShape& s) {
+  switch (pools.dtype) {
+    case DType::kBF16: paged_attention_typed<detail::Bf16>(seqs, num_seqs, pools, s); return;
+    case DType::kF16: paged_attention_typed<detail::F16>(seqs, num_seqs, pools, s); return;
+    default: paged_attention_typed<float>(seqs, num_seqs, pools, s); return;
   }
 }
 

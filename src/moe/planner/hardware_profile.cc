@@ -130,6 +130,21 @@ StatusOr<HardwareProfile> parse_hardware_profile(const std::string& json_text, c
     }
   }
 
+  if (auto sr = dev->find("shared_ranks"); sr != dev->end()) {
+    if (!sr->is_number_integer() || sr->get<int64_t>() < 1 || sr->get<int64_t>() > 1 << 20) {
+      return invalid_argument(dp + ".shared_ranks: must be an integer >= 1 (got " + sr->dump() + ")");
+    }
+    p.device.shared_ranks = static_cast<int>(sr->get<int64_t>());
+  }
+  if (auto solo = dev->find("solo_speedup"); solo != dev->end()) {
+    if (!solo->is_object()) return invalid_argument(dp + ".solo_speedup: must be an object {compute, memory}");
+    for (auto [key, out] : {std::pair{"compute", &p.device.solo_compute_speedup},
+                            std::pair{"memory", &p.device.solo_memory_speedup}}) {
+      MOE_RETURN_IF_ERROR(read_optional(*solo, key, dp + ".solo_speedup", 0, 1024, out));
+      if (*out < 1) return invalid_argument(dp + ".solo_speedup." + key + ": must be >= 1");
+    }
+  }
+
   auto tiers = j.find("tiers");
   if (tiers == j.end() || !tiers->is_object()) {
     return invalid_argument(source + ": tiers: missing (an object with intra_node and inter_node)");
@@ -159,7 +174,9 @@ std::string hardware_profile_json(const HardwareProfile& p) {
                  {"memory_capacity", p.device.memory_capacity},
                  {"compute_efficiency", p.device.compute_efficiency},
                  {"memory_efficiency", p.device.memory_efficiency},
-                 {"reserved_memory", p.device.reserved_memory}};
+                 {"reserved_memory", p.device.reserved_memory},
+                 {"shared_ranks", p.device.shared_ranks},
+                 {"solo_speedup", {{"compute", p.device.solo_compute_speedup}, {"memory", p.device.solo_memory_speedup}}}};
   for (Tier t : {Tier::kIntraNode, Tier::kInterNode}) {
     json tj;
     for (Primitive prim : kAll) tj[primitive_name(prim)] = {{"alpha", p.tier(t)[prim].alpha}, {"beta", p.tier(t)[prim].beta}};

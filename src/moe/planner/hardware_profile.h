@@ -47,6 +47,15 @@ struct DeviceSpec {
   double memory_efficiency = 1.0;
   // Memory the runtime keeps for itself (CUDA context, allocator slack), bytes.
   double reserved_memory = 0;
+  // Shared cores (CPU ranks on one host, e.g. emulated nodes): shared_ranks ranks share
+  // the host's cores and memory bandwidth, and the efficiencies above are measured with
+  // all of them computing at once. A rank computing while the others wait runs up to
+  // solo_*_speedup times faster (calibrate measures it: rank 0 alone against all ranks at
+  // once). The planner scales a phase in which only `a` of them compute by
+  // min(speedup, shared_ranks / a) (docs/planner.md "Shared cores"). 1 = dedicated
+  // devices (GPUs): no effect. JSON: device.shared_ranks, device.solo_speedup.{compute,memory}.
+  int shared_ranks = 1;
+  double solo_compute_speedup = 1.0, solo_memory_speedup = 1.0;
 };
 
 struct HardwareProfile {

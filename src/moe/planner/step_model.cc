@@ -33,6 +33,16 @@ double overlap(double a, double b, int parts) {
   return std::max(a, b) + std::min(a, b) / parts;
 }
 
+// The roofline time of a phase in which only `active` of the device's shared_ranks
+// compute (DeviceSpec: shared cores): compute and memory times each divided by
+// min(solo speedup, shared_ranks / active).
+double shared_roofline(const DeviceSpec& d, double flops, double bytes, bool fp8, double active) {
+  const double tc = roofline_seconds(d, flops, 0, fp8), tm = roofline_seconds(d, 0, bytes, fp8);
+  if (d.shared_ranks <= 1 || active >= d.shared_ranks) return std::max(tc, tm);
+  const double room = static_cast<double>(d.shared_ranks) / std::max(1.0, active);
+  return std::max(tc / std::min(d.solo_compute_speedup, room), tm / std::min(d.solo_memory_speedup, room));
+}
+
 }  // namespace
 
 ModelShape model_shape(const ModelConfig& c) {
@@ -89,6 +99,10 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
   const double tok_sys = tok_a * replicas;  // tokens entering the MoE layers, whole cluster
   const double tok_total = static_cast<double>(in.seqs) * static_cast<double>(in.new_tokens);
   const double act = tok_a * h * ab;  // one replica's hidden states, bytes
+  // Ranks computing attention, dense MLPs and the lm_head: the replicas with sequences
+  // (the driver's group alone under driver-only attention); the rest wait in the MoE
+  // exchange. Matters only on shared cores (DeviceSpec::shared_ranks).
+  const double active = ta * std::min(replicas, std::max(1.0, static_cast<double>(in.seqs)));
 
   // Attention (per layer): projections, scores over ctx, KV read.
   {
@@ -98,7 +112,7 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
     const double kv = static_cast<double>(m.kv_values_sharded) / ta + static_cast<double>(m.kv_values_replicated);
     const double bytes = proj_params * wb + seqs_a * (in.ctx + static_cast<double>(in.new_tokens)) * kv * w.kv_bytes +
                          2 * act;
-    c.attention_s = m.layers * roofline_seconds(dev, flops, bytes, m.fp8);
+    c.attention_s = m.layers * shared_roofline(dev, flops, bytes, m.fp8, active);
   }
   double intra = 0, inter = 0;  // per-step comm by tier (before overlap)
   double overlap_saving = 0;    // what the fused path's intra/inter overlap hides
@@ -111,7 +125,7 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
   // Dense layers: TP like attention; AR after attention and after the MLP.
   if (m.dense_layers > 0) {
     const double params = 3.0 * h * static_cast<double>(m.dense_inter) / ta;
-    c.dense_mlp_s = m.dense_layers * roofline_seconds(dev, 2 * tok_a * params, params * wb + 2 * act, m.fp8);
+    c.dense_mlp_s = m.dense_layers * shared_roofline(dev, 2 * tok_a * params, params * wb + 2 * act, m.fp8, active);
     for (int i = 0; i < 2; ++i) (attn_group.nodes > 1 ? inter : intra) += m.dense_layers * attn_ar;
   }
   // MoE layers.
@@ -191,7 +205,8 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
   const double logit_rows = seqs_a;
   {
     const double vh = static_cast<double>(m.vocab) * h / ta;
-    c.head_s = roofline_seconds(dev, 2 * logit_rows * vh, vh * 2 + logit_rows * static_cast<double>(m.vocab) * 4, false);
+    c.head_s = shared_roofline(dev, 2 * logit_rows * vh, vh * 2 + logit_rows * static_cast<double>(m.vocab) * 4, false,
+                               active);
     const double embed = collective_seconds(hw, Primitive::kAllReduce, attn_group, act);
     const double logits = collective_seconds(hw, Primitive::kAllGather, attn_group,
                                              logit_rows * static_cast<double>(m.vocab) * 4);

@@ -192,6 +192,12 @@ ServerMetrics::ServerMetrics() {
   registry_.counter("moe:adaptive_k_shed_total", "Expert assignments shed by adaptive k under load.");
   registry_.counter("moe:requeued_assignments_total",
                     "Overflowing assignments run in adaptive_requeue's second round instead of being dropped.");
+  registry_.counter("moe:ep_comm_wait_seconds_total",
+                    "Time rank 0 was blocked on expert-parallel all-to-all exchanges (0 without EP).");
+  registry_.counter("moe:ep_exchange_seconds_total",
+                    "Time rank 0's expert-parallel exchanges took from issue to completion (0 without EP).");
+  registry_.gauge("moe:comm_overlap_ratio",
+                  "Fraction of the all-to-all time hidden behind expert compute: 1 - wait / exchange (--ep-overlap).");
 }
 
 void ServerMetrics::count_http(const std::string& endpoint, int status) {
@@ -234,6 +240,9 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
   registry_.counter("moe:adaptive_k_tokens_total", "").set(static_cast<double>(s.adaptive_k_tokens));
   registry_.counter("moe:adaptive_k_shed_total", "").set(static_cast<double>(s.adaptive_k_shed));
   registry_.counter("moe:requeued_assignments_total", "").set(static_cast<double>(s.requeued));
+  registry_.counter("moe:ep_comm_wait_seconds_total", "").set(s.ep_comm_wait_seconds);
+  registry_.counter("moe:ep_exchange_seconds_total", "").set(s.ep_exchange_seconds);
+  registry_.gauge("moe:comm_overlap_ratio", "").set(s.comm_overlap_ratio);
   {
     std::lock_guard<std::mutex> lock(recovery_mu_);
     for (; failovers_observed_ < s.failover_seconds.size(); ++failovers_observed_) {
@@ -248,6 +257,17 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
           .set(static_cast<double>(s.expert_tokens[i][e]));
     }
   }
+  // Per-link all-to-all bytes (rank 0's links: sent 0 -> d, received s -> 0).
+  auto link = [&](size_t src, size_t dst, int64_t bytes) {
+    registry_
+        .counter("moe:ep_link_bytes_total",
+                 "Bytes of expert-parallel all-to-all rows (dispatch + combine) from rank src to rank dst; rank 0's "
+                 "links (src = dst = 0: rows it kept).",
+                 {{"src", std::to_string(src)}, {"dst", std::to_string(dst)}})
+        .set(static_cast<double>(bytes));
+  };
+  for (size_t d = 0; d < s.link_bytes_sent.size(); ++d) link(0, d, s.link_bytes_sent[d]);
+  for (size_t r = 1; r < s.link_bytes_received.size(); ++r) link(r, 0, s.link_bytes_received[r]);
   render_vllm(s);
   return registry_.render();
 }

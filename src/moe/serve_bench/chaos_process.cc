@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -21,11 +22,38 @@ extern char** environ;
 
 namespace moe::serve_bench {
 
+namespace {
+
+// The whole of a small /proc file, or nullopt when it cannot be opened or read. A process
+// can exit between the open and the read (read() then fails with ESRCH): that is a
+// vanished process, not an error. (std::ifstream with istreambuf_iterator throws
+// std::ios_base::failure there, which ended `moe bench chaos` mid-run.)
+std::optional<std::string> read_proc_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+}  // namespace
+
 StatusOr<ProcInfo> read_proc_info(const std::string& proc_root, pid_t pid) {
   const std::string path = proc_root + "/" + std::to_string(pid) + "/stat";
-  std::ifstream in(path);
-  if (!in) return not_found("no process " + std::to_string(pid) + " (" + path + ")");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::optional<std::string> read = read_proc_file(path);
+  if (!read) return not_found("no process " + std::to_string(pid) + " (" + path + ")");
+  const std::string& text = *read;
   // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
   //  utime stime cutime cstime priority nice num_threads itrealvalue starttime ..."
   const size_t close = text.rfind(')');
@@ -83,7 +111,9 @@ std::vector<ProcInfo> descendants_of(const std::vector<ProcInfo>& procs, pid_t r
 }
 
 int mpi_rank_of(const std::string& proc_root, pid_t pid) {
-  std::ifstream env(proc_root + "/" + std::to_string(pid) + "/environ", std::ios::binary);
+  const std::optional<std::string> text = read_proc_file(proc_root + "/" + std::to_string(pid) + "/environ");
+  if (!text) return -1;
+  std::istringstream env(*text);
   const std::string key = "OMPI_COMM_WORLD_RANK=";
   std::string var;
   while (std::getline(env, var, '\0')) {

@@ -350,7 +350,9 @@ ChaosTrial run_chaos_trial(const ChaosRunOptions& o, const std::vector<ChaosRequ
   tracker.scan();
   server->kill_all(tracker.running());
   const Clock::time_point kill_t = Clock::now();
-  while (!tracker.running().empty() && since(kill_t) < 5) {
+  // SIGKILL is not instant: a rank holding a large model frees its memory as it exits,
+  // which took over 5 s on a loaded 2-core machine (the 579M model under load 20).
+  while (!tracker.running().empty() && since(kill_t) < 30) {
     for (const ProcInfo& p : tracker.running()) ::kill(p.pid, SIGKILL);
     reap_orphans(server->pid());
     sleep_s(0.02);

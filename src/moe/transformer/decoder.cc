@@ -4,6 +4,7 @@
 #include <string>
 
 #include "moe/core/check.h"
+#include "moe/core/clock.h"
 #include "moe/model/tp_shard.h"
 #include "moe/ops/linear.h"
 #include "moe/ops/norm.h"
@@ -30,6 +31,7 @@ Decoder::Decoder(const ModelConfig& config, const ModelWeights& weights, const D
       weights_(weights),
       ep_(options.ep),
       tp_(options.tp),
+      dp_(options.dp),
       kernel_(options.kernel),
       attention_(config.mla.enabled()
                      ? std::unique_ptr<AttentionBlock>(
@@ -79,11 +81,29 @@ Status Decoder::forward(const int* tokens, int64_t m, int64_t start_pos, KVCache
 
 Status Decoder::forward_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
   MOE_CHECK(m >= 0 && m <= kMaxChunk);
+  if (dp_driver()) MOE_RETURN_IF_ERROR(dp_announce_chunk());  // the other groups join with no tokens
   if (tp_driver()) MOE_RETURN_IF_ERROR(broadcast_chunk(tokens, m, start_pos, cache, logits != nullptr));
   return run_chunk(tokens, m, start_pos, cache, logits);
 }
 
+double Decoder::trace_step_begin() {
+  if (trace_ == nullptr) return 0;
+  trace_->begin_step();
+  return now_seconds();
+}
+
+void Decoder::trace_step_end(double t0, int64_t m) {
+  if (trace_ != nullptr) trace_->step_span(t0, now_seconds(), m);
+}
+
 Status Decoder::run_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
+  const double t0 = trace_step_begin();
+  Status st = run_chunk_rows(tokens, m, start_pos, cache, logits);
+  trace_step_end(t0, m);
+  return st;
+}
+
+Status Decoder::run_chunk_rows(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits) {
   if (m == 0) return join_exchanges();
   const RowSegment seg{0, m, start_pos, nullptr};
   MOE_RETURN_IF_ERROR(forward_rows(tokens, AttentionBatch{&seg, 1, cache, nullptr}, m));
@@ -103,6 +123,7 @@ Status Decoder::join_exchanges() {
       MOE_RETURN_IF_ERROR(moe_block_->forward_fused(l, TensorView(), TensorView()));
       continue;
     }
+    TraceSpan span(trace_, TraceName::kMoe, l);
     if (ep_ != nullptr) MOE_RETURN_IF_ERROR(moe_block_->forward(l, TensorView(), TensorView()));
   }
   return ok_status();
@@ -115,6 +136,10 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
     m += s.n;
     ++num_segments;
     num_logits += s.logits != nullptr;
+    if (dp_driver() && (s.dp_group < 0 || s.dp_group >= dp_groups())) {
+      return invalid_argument("forward_batch: a segment's dp_group " + std::to_string(s.dp_group) +
+                              " is not one of the " + std::to_string(dp_groups()) + " DP-attention groups");
+    }
   }
   if (m > max_tokens_ || num_segments > max_segments_) {
     return invalid_argument("forward_batch: " + std::to_string(m) + " tokens in " + std::to_string(num_segments) +
@@ -122,12 +147,21 @@ Status Decoder::forward_batch(const std::vector<BatchSegment>& segments, PagedKV
                             std::to_string(max_segments_) + " segments (Decoder::reserve)");
   }
   if (chunk_hook_) MOE_RETURN_IF_ERROR(chunk_hook_(m));
+  if (dp_driver()) return dp_drive_batch(segments, cache);
   if (tp_driver()) MOE_RETURN_IF_ERROR(broadcast_batch(segments, cache));
   return run_batch(segments, cache, m, num_logits);
 }
 
 Status Decoder::run_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m,
                           int64_t num_logits) {
+  const double t0 = trace_step_begin();
+  Status st = run_batch_rows(segments, cache, m, num_logits);
+  trace_step_end(t0, m);
+  return st;
+}
+
+Status Decoder::run_batch_rows(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m,
+                               int64_t num_logits) {
   if (m == 0) return join_exchanges();
   segments_.clear();
   batch_tokens_.clear();
@@ -185,8 +219,12 @@ Status Decoder::forward_rows(const int* tokens, const AttentionBatch& batch, int
   MOE_RETURN_IF_ERROR(embed(tokens, m, x));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
-    rms_norm(x, vec_view(L.input_norm), eps, h);
-    attention_->forward(l, h, batch, out);
+    {
+      TraceSpan span(trace_, TraceName::kAttention, l);
+      rms_norm(x, vec_view(L.input_norm), eps, h);
+      attention_->forward(l, h, batch, out);
+    }
+    TraceSpan span(trace_, TraceName::kMoe, l);
     if (tp_.comm != nullptr && tp_.fused_moe && c.is_moe_layer(l)) {
       // MixServe's fused block (mlp_blocks.h): RS(out) -> x += -> norm -> route -> A2A ->
       // AG / experts / RS -> A2A -> AG(x), in place of AR + MoE + AR.

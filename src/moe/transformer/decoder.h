@@ -51,6 +51,20 @@ struct TpOptions {
   bool fused_moe = false;
 };
 
+// DP-attention (SGLang's and vLLM's data-parallel attention, issue 15): one attention
+// replica per TP group (per emulated node), each running attention, the embedding and
+// the lm_head for its own share of a batch's sequences, with those sequences' KV caches;
+// the MoE layers stay expert-parallel across the groups, each group sending its own
+// tokens through the all-to-all. The driver (world rank 0) sends every forward's plan
+// (which segment runs on which group) to the other groups' leaders, which run their
+// share (broadcasting it to their TP followers as a TP driver) and send the logits back.
+struct DpOptions {
+  // The DP group: TP rank 0 of every TP group, its rank being the group's index (the EP
+  // group of TP rank 0; the world without TP). Null on TP followers and when off. Under
+  // DP every TP group is a "driver group" (TpOptions::driver_group) of its own share.
+  Communicator* comm = nullptr;
+};
+
 // A TP follower's own KV caches, created or resized on demand with the LOCAL config's
 // KV shape (the engine owns them). Each returns the cache to use, or null (the follow
 // then fails with FailedPrecondition).
@@ -70,6 +84,8 @@ struct DecoderOptions {
   MlaPath mla_path = MlaPath::kAuto;
   // Tensor parallelism (see TpOptions); default none.
   TpOptions tp{};
+  // DP-attention (see DpOptions); default off.
+  DpOptions dp{};
 };
 
 class Decoder {
@@ -112,6 +128,10 @@ class Decoder {
     const int32_t* block_table = nullptr;
     float* logits = nullptr;
     float* all_logits = nullptr;
+    // Under DP-attention (DpOptions): the DP group whose attention replica runs this
+    // segment and holds its KV cache, in [0, number of groups); the same for every step
+    // of a sequence. Ignored without DP.
+    int dp_group = 0;
   };
   Status forward_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache);
 
@@ -122,6 +142,16 @@ class Decoder {
   // cache callback gives null; InvalidArgument for a malformed broadcast.
   Status tp_follow(const TpFollowerCaches& caches);
 
+  // DP-attention, the leaders of DP groups > 0 (DpOptions): receives the driver's next
+  // forward_chunk / forward_batch plan, runs the segments assigned to this group on the
+  // paged cache from `caches` (a contiguous forward runs on the driver's group alone:
+  // this group joins the exchanges with no tokens) and sends their logits to the driver.
+  // One call per driver call. Errors: communication; FailedPrecondition when not a DP
+  // leader > 0 or the cache callback gives null; InvalidArgument for a malformed plan.
+  Status dp_follow(const TpFollowerCaches& caches);
+  // The number of DP groups (1 without DP-attention).
+  int dp_groups() const { return dp_.comm != nullptr ? dp_.comm->size() : 1; }
+
   // Before each chunk (rank 0 under EP): called with the chunk's size.
   void set_chunk_hook(std::function<Status(int64_t m)> hook) { chunk_hook_ = std::move(hook); }
   // After each MoE layer of each chunk: the layer index and its global routing counts
@@ -131,6 +161,13 @@ class Decoder {
   // Capacity policy of the single-process MoE layer (under EP: ep->options.capacity).
   void set_capacity(const CapacityOptions& capacity) { moe_block_->set_capacity(capacity); }
   const EpTimings& ep_timings() const { return moe_block_->ep_timings(); }
+  // Per-step tracing (`--trace`): each forward (a step; on every rank, joins included)
+  // records its span, each layer's attention and feed-forward spans, and the EP layers'
+  // spans, bytes and expert counts (MoeBlock::set_trace). Not owned; null = off.
+  void set_trace(TraceRecorder* trace) {
+    trace_ = trace;
+    moe_block_->set_trace(trace);
+  }
 
   static constexpr int64_t kMaxChunk = 512;
 
@@ -141,6 +178,9 @@ class Decoder {
   // forward_chunk / forward_batch after the driver's broadcast.
   Status run_chunk(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits);
   Status run_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m, int64_t num_logits);
+  // The same without the step's trace span.
+  Status run_chunk_rows(const int* tokens, int64_t m, int64_t start_pos, KVCache* cache, float* logits);
+  Status run_batch_rows(const std::vector<BatchSegment>& segments, PagedKVCache* cache, int64_t m, int64_t num_logits);
   // m == 0: join the layers' exchanges (MoE; fused: the TP group's too).
   Status join_exchanges();
   // Embedding rows of `tokens` into x [m, hidden] (vocab-parallel under TP).
@@ -154,11 +194,19 @@ class Decoder {
   Status broadcast_chunk(const int* tokens, int64_t m, int64_t start_pos, const KVCache* cache, bool want_logits);
   Status broadcast_batch(const std::vector<BatchSegment>& segments, const PagedKVCache* cache);
   Status broadcast_plan(std::vector<int64_t>* header, std::vector<int64_t>* body);
+  // DP-attention (decoder_dp.cc): the driver's plan to the other groups, its own share,
+  // and the other groups' logits copied into the segments' buffers.
+  bool dp_driver() const { return dp_.comm != nullptr && dp_.comm->rank() == 0; }
+  Status dp_announce_chunk();
+  Status dp_drive_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache);
+  // This rank's TP-driver forward of its share (broadcast to its TP followers, then run).
+  Status run_own_batch(const std::vector<BatchSegment>& segments, PagedKVCache* cache);
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
   const std::vector<EpContext>* ep_;
   TpOptions tp_;
+  DpOptions dp_;
   KernelOptions kernel_;
   std::unique_ptr<AttentionBlock> attention_;
   std::unique_ptr<MoeBlock> moe_block_;
@@ -173,6 +221,11 @@ class Decoder {
   std::vector<int> batch_tokens_;     // capacity max_tokens
   std::vector<RowSegment> segments_;  // capacity max_segments
   std::function<Status(int64_t)> chunk_hook_;
+  TraceRecorder* trace_ = nullptr;
+  // Starts a traced step of m tokens (returns its start time; 0 when tracing is off) and
+  // ends it (records its span).
+  double trace_step_begin();
+  void trace_step_end(double t0, int64_t m);
   // Tensor parallelism: local logits padded to ceil(vocab / tp) columns, all of them
   // gathered; a follower's received batch and scratch logits. Grow only.
   std::vector<float> tp_local_logits_, tp_gathered_logits_;
@@ -180,6 +233,11 @@ class Decoder {
   std::vector<int> tp_tokens_;
   std::vector<int32_t> tp_tables_;
   std::vector<float> tp_scratch_logits_;
+  // DP-attention: the plan sent / received, a group's segments and their logits rows.
+  std::vector<int64_t> dp_header_, dp_body_;
+  std::vector<int> dp_tokens_;
+  std::vector<int32_t> dp_tables_;
+  std::vector<float> dp_logits_;
 };
 
 }  // namespace moe

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "moe/core/clock.h"
 #include "moe/transformer/fused_moe.h"
 
 namespace moe {
@@ -43,10 +44,10 @@ Status MoeBlock::forward(int layer, const TensorView& x, const TensorView& out) 
     }
     MOE_RETURN_IF_ERROR(ep_moe_forward(MoeLayerArgs::f32(config_, L, h, m, mo), (*ep_)[static_cast<size_t>(layer)],
                                        ep_ws_.get(), &ep_timings_));
-    if (routing_hook_) routing_hook_(layer, ep_last_routing_counts(*ep_ws_));
+    report_routing(layer, ep_last_routing_counts(*ep_ws_));
   } else {
     moe_forward(MoeLayerArgs::f32(config_, L, h, m, mo), &moe_ws_, capacity_);
-    if (routing_hook_) routing_hook_(layer, moe_ws_.counts);
+    report_routing(layer, moe_ws_.counts);
   }
   add_shared_expert(L, h, m, &mlp_ws_, mo);
   return ok_status();
@@ -66,9 +67,19 @@ Status MoeBlock::forward_fused(int layer, const TensorView& attn_partial, const 
   fused_ctx_.expert_tp = tp_;
   if (!fused_) fused_ = std::make_unique<FusedMoe>(config_, kernel_);
   const FusedMoeCall call{layer, &weights_.layers[static_cast<size_t>(layer)], &fused_ctx_, ep_ws_.get(), &ep_timings_};
-  MOE_RETURN_IF_ERROR(fused_->forward(call, attn_partial, x, routing_hook_ ? &fused_counts_ : nullptr));
-  if (routing_hook_) routing_hook_(layer, fused_counts_);
+  const bool counts = routing_hook_ || ep_timings_.trace != nullptr;
+  MOE_RETURN_IF_ERROR(fused_->forward(call, attn_partial, x, counts ? &fused_counts_ : nullptr));
+  if (counts) report_routing(layer, fused_counts_);
   return ok_status();
+}
+
+void MoeBlock::report_routing(int layer, const StepRoutingCounts& counts) {
+  if (routing_hook_) routing_hook_(layer, counts);
+  TraceRecorder* trace = ep_timings_.trace;
+  // The counts are global (identical on every EP rank): recorded once, by EP rank 0.
+  if (trace == nullptr || (ep_ != nullptr && (*ep_)[static_cast<size_t>(layer)].comm->rank() != 0)) return;
+  trace->experts(layer, counts.tokens_per_expert.data(), static_cast<int>(counts.tokens_per_expert.size()),
+                 now_seconds());
 }
 
 }  // namespace moe

@@ -71,8 +71,13 @@ class MoeBlock final : public FeedForwardBlock {
   // Capacity policy in one process (under EP the context's options.capacity applies).
   void set_capacity(const CapacityOptions& capacity) { capacity_ = capacity; }
   const EpTimings& ep_timings() const { return ep_timings_; }
+  // Per-step spans of the EP layers and, on EP rank 0 (or in one process), each MoE
+  // layer's tokens per expert go to `trace` (not owned; null = off).
+  void set_trace(TraceRecorder* trace) { ep_timings_.trace = trace; }
 
  private:
+  // The step's routing counts of `layer`: to the routing hook and the trace.
+  void report_routing(int layer, const StepRoutingCounts& counts);
   const ModelConfig& config_;
   const ModelWeights& weights_;
   const std::vector<EpContext>* ep_;

@@ -2,7 +2,8 @@
 // Kwon et al. SOSP'23): a sequence owns a block table (block ids in position order) and
 // position p lives in block table[p / block_size] at offset p % block_size.
 //
-// Layout per layer and block: K and V as [num_kv_heads, block_size, head_dim] f32.
+// Layout per layer and block: K and V as [num_kv_heads, block_size, head_dim] of the
+// shape's dtype (f32, or bf16 / f16 with --kv-dtype: rounded to nearest when written).
 // Multi-head latent attention keeps one row per position (the latent cache): num_kv_heads
 // 1, head_dim kv_lora_rank + qk_rope_head_dim, v_head_dim 0 (no V pool).
 // BlockAllocator hands out block ids; neither class is thread-safe (the scheduler's
@@ -21,17 +22,19 @@ namespace moe {
 
 class PagedKVCache {
  public:
-  // shape: rows per position (kv_cache_shape(config); v_dim 0 = no V: MLA's latent cache).
+  // shape: rows per position and their dtype (kv_cache_shape(config, dtype); v_dim 0 =
+  // no V: MLA's latent cache, f32 only).
   PagedKVCache(int num_layers, const KvCacheShape& shape, int block_size, int64_t num_blocks);
 
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
-  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
-  // Start of layer `layer`'s K (V) pool: block b, KV head h, offset o at
-  // ((b * num_kv_heads + h) * block_size + o) * head_dim.
-  const float* k_layer(int layer) const { return k_.data() + static_cast<size_t>(layer) * layer_stride_; }
-  const float* v_layer(int layer) const { return v_.data() + static_cast<size_t>(layer) * v_layer_stride_; }
-  // The same pools as [num_blocks, num_kv_heads, block_size, head_dim] f32 views
+  DType dtype() const { return dtype_; }
+  size_t bytes() const { return k_.bytes() + v_.bytes(); }
+  // Start of layer `layer`'s K (V) pool as f32 (MOE_CHECK: an f32 cache; MLA's latent
+  // rows): block b, KV head h, offset o at ((b * num_kv_heads + h) * block_size + o) * head_dim.
+  const float* k_layer(int layer) const;
+  const float* v_layer(int layer) const;
+  // The pools as [num_blocks, num_kv_heads, block_size, head_dim] views of dtype()
   // (for paged_causal_attention).
   KvView layer(int layer) const;
 
@@ -44,8 +47,9 @@ class PagedKVCache {
  private:
   int num_kv_heads_, head_dim_, v_head_dim_, block_size_;
   int64_t num_blocks_;
-  size_t layer_stride_, v_layer_stride_;
-  std::vector<float> k_, v_;
+  DType dtype_;
+  size_t layer_stride_, v_layer_stride_;  // elements
+  Tensor k_, v_;  // [num_layers * layer_stride] of dtype_, zeroed
 };
 
 // Free list of block ids [0, num_blocks).
