@@ -558,7 +558,6 @@ void Scheduler::State::publish() {
     const auto& t = stats.tokens_per_expert(snap.moe_layers[i]);
     snap.expert_tokens[i].assign(t.begin(), t.end());
   }
-  const EpTimings& ep = core->decoder->ep_timings();
   snap.link_bytes_sent.assign(ep.bytes_to_rank.begin(), ep.bytes_to_rank.end());
   snap.link_bytes_received.assign(ep.bytes_from_rank.begin(), ep.bytes_from_rank.end());
 }
