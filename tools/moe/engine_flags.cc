@@ -104,6 +104,9 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "GEMV in `moe bench fp8`), or kept in FP8 and dequantised in the kernels (half the memory and "
                  "bytes per decode token)")
       ->capture_default_str();
+  // Hardening (issue 17): the NaN/Inf scan of the weights at load.
+  app.add_flag("--skip-weight-check", f->skip_weight_check,
+               "Do not scan the loaded weights for NaN/Inf at start-up (a corrupt checkpoint is then served)");
 }
 
 std::string check_engine_flags(const EngineFlags& f) {
@@ -223,6 +226,7 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   options.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
   options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
   options.fused_moe = f.fused_moe == "on";
+  options.check_weights_finite = !f.skip_weight_check;
   // Given alone, a capacity factor means --overflow-policy drop (resolved by the engine).
   if (f.capacity_given()) options.capacity_factor = f.capacity_factor;
   EpLaunchOptions launch = f.launch;
