@@ -35,7 +35,8 @@ const std::set<std::string> kFrontEndFlags = {
     "max-body-bytes", "rate-limit-rps", "rate-limit-tpm",  "chat-template",     "shutdown-grace",
     "supervise",      "mpirun",         "mpirun-arg",       "recovery-timeout",
     "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help",
-    "allowed-origins", "allowed-methods", "allowed-headers", "allowed-credentials"};
+    "allowed-origins", "allowed-methods", "allowed-headers", "allowed-credentials",
+    "header-timeout", "max-connections-per-client"};
 
 std::string self_exe() {
   char exe[PATH_MAX] = {0};
