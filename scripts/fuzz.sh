@@ -11,7 +11,13 @@ SECONDS_EACH=${1:-30}
 shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors config tokenizer_json tokenizer_input openai_request placement_files store_manifest)
-command -v clang++ > /dev/null || { echo "clang++ not found: apt-get install clang"; exit 1; }
+if ! command -v clang++ > /dev/null; then  # Debian's clang (libFuzzer included)
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  echo "==> installing: clang"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang
+fi
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMOE_FUZZ=ON -DMOE_BUILD_TESTS=OFF -DMOE_BUILD_BENCH=OFF \
   > /dev/null
