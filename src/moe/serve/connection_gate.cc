@@ -73,10 +73,13 @@ void ConnectionGate::admit(int fd) {
     }
   }
   // Over the client's cap (or stopping): a short answer, best effort, then close.
-  static constexpr std::string_view kRefusal =
-      "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nConnection: close\r\n"
-      "Content-Length: 135\r\n\r\n"
-      R"({"error":{"message":"too many connections from this client address","type":"rate_limit_error","param":null,"code":"too_many_connections"}})";
+  static const std::string kRefusal = [] {
+    const std::string body =
+        R"({"error":{"message":"too many connections from this client address","type":"rate_limit_error",)"
+        R"("param":null,"code":"too_many_connections"}})";
+    return "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nConnection: close\r\n"
+           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  }();
   (void)::send(fd, kRefusal.data(), kRefusal.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::close(fd);
 }
