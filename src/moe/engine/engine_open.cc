@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <set>
+#include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -360,7 +361,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   // The TP and EP groups (collective; its errors are the same on every rank).
   MOE_RETURN_IF_ERROR(open_parallel_groups(options, impl.get()));
   Status local = open_local(options, impl.get());
-  const int check_threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  // Start-up only, mostly page-ins of the mapped files: every hardware thread.
+  const int check_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (local.ok() && options.check_weights_finite) {
     const auto t0 = std::chrono::steady_clock::now();
     local = check_weights_finite(*impl->source, check_threads);
