@@ -27,6 +27,7 @@ def main():
     ap.add_argument("--prompt-mb", type=float, default=1.0)
     ap.add_argument("--after", type=float, default=3.0, help="seconds after the burst to read RSS")
     ap.add_argument("--log", default="/tmp/burst_rss_serve.log")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds a request may take")
     a = ap.parse_args()
     proc, port = u.start_server(a.binary, a.model, ["--max-body-bytes", str(int(a.prompt_mb * 2 * 2**20))], a.log)
     try:
@@ -34,12 +35,20 @@ def main():
         prompt = "ROMEO: " * int(a.prompt_mb * 2**20 / 7)
         body = {"model": os.path.basename(a.model.rstrip("/")), "prompt": prompt, "max_tokens": 1}
         t0 = time.time()
+        def one(_):
+            try:
+                return u.post_json(port, "/v1/completions", body, timeout=a.timeout)[0]
+            except OSError:
+                return "timeout"  # no answer within --timeout (the server is still working on it)
         with concurrent.futures.ThreadPoolExecutor(a.burst) as ex:
-            codes = list(ex.map(lambda _: u.post_json(port, "/v1/completions", body, timeout=300)[0], range(a.burst)))
+            codes = list(ex.map(one, range(a.burst)))
         seconds = time.time() - t0
         time.sleep(a.after)
         after, peak = u.rss_kb(proc.pid)
-        health = u.get(port, "/health")[0]
+        try:
+            health = u.get(port, "/health", timeout=10)[0]
+        except OSError:
+            health = "timeout"
     finally:
         u.stop_server(proc)
     print(json.dumps({"burst": a.burst, "prompt_mb": a.prompt_mb, "rss_before_mb": round(before / 1024, 1),
