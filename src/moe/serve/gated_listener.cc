@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 
 namespace moe::serve {
 namespace {
@@ -106,6 +107,19 @@ class GatedStream final : public httplib::Stream {
   size_t begin_ = 0, end_ = 0;
 };
 
+// How long a worker waits for a kept-alive connection's next request before parking it
+// in the gate (docs/performance.md: wrk with and without the gate).
+constexpr int64_t kFastPathWait = 100;  // ms
+
+// Whether a whole request head ("\r\n\r\n") is readable on `fd` within `ms`; false at
+// once for a partial head (the gate waits for the rest) or a closed connection.
+bool head_arrives_within(int fd, int64_t ms) {
+  if (wait_for(fd, POLLIN, ms) <= 0) return false;
+  char buf[8192];
+  const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+  return n > 0 && std::string_view(buf, static_cast<size_t>(n)).find("\r\n\r\n") != std::string_view::npos;
+}
+
 }  // namespace
 
 Listener::~Listener() { stop_gate(); }
@@ -154,7 +168,11 @@ void Listener::serve(socket_t sock) {
     const bool ok = process_request(strm, last, closed, nullptr);
     if (!ok || closed || last || !is_running()) break;
     if (strm.buffered() > 0) continue;  // the next request is here already (pipelined)
-    gate_->park(sock);                  // wait for the next request without a worker
+    // An active client sends its next request at once: a whole head within
+    // kFastPathWait is served by this worker; anything else (idle, or a head still
+    // coming) waits in the gate without a worker.
+    if (head_arrives_within(sock, kFastPathWait)) continue;
+    gate_->park(sock);
     return;
   }
   gate_->release(sock);

@@ -1,8 +1,9 @@
 // The HTTP server's httplib::Server with its connection handling replaced (issue 17):
 // accepted sockets go to a ConnectionGate (connection_gate.h) instead of a worker, and
 // a worker serves a connection only once a whole request head has arrived; after each
-// response a kept-alive connection goes back to the gate, so no worker waits on a slow
-// or idle client. Requests are read and answered by httplib's own process_request, on a
+// response the worker waits at most 100 ms for the next whole head of a kept-alive
+// connection, then hands it back to the gate, so no worker waits long on a slow or idle
+// client. Requests are read and answered by httplib's own process_request, on a
 // stream whose reads of one request share one deadline (read_timeout from its head's
 // arrival), not a timeout per read. Internal to src/moe/serve.
 #pragma once
