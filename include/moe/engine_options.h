@@ -127,6 +127,7 @@ struct EngineOptions {
   // decode token, but `moe bench fp8` measured the bf16 GEMV 1.6-2x faster per call on
   // DeepSeek-expert-shaped matrices on our CPUs (the FP8 decode is compute-bound on one
   // core); native is the choice when memory is the limit (a model that fits only in FP8).
+  // native on a model without FP8 weights: InvalidArgument from Engine::open.
   Fp8Mode fp8_mode = Fp8Mode::kDequant;
   // Per-step trace (`--trace FILE`, docs/tracing.md): empty = off; else every rank
   // records its spans (attention, router, dispatch, expert compute, combine, waits) and
@@ -136,6 +137,11 @@ struct EngineOptions {
   // later ones are dropped and counted in the file.
   std::string trace_path{};
   int64_t trace_max_events = 1000000;
+  // Hardening (issue 17): Engine::open refuses (DataLoss naming the tensor) a checkpoint
+  // whose loaded weights hold a NaN or Inf: one scan of the bytes this process holds
+  // (`moe ... --skip-weight-check` turns it off). Under expert parallelism every rank
+  // also compares a digest of every expert with rank 0's, always.
+  bool check_weights_finite = true;
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

@@ -134,6 +134,9 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "counted in the file)")
       ->capture_default_str();
   // --- end per-step traces ---
+  // Hardening (issue 17): the NaN/Inf scan of the weights at load.
+  app.add_flag("--skip-weight-check", f->skip_weight_check,
+               "Do not scan the loaded weights for NaN/Inf at start-up (a corrupt checkpoint is then served)");
 }
 
 std::string check_engine_flags(const EngineFlags& f) {
@@ -267,6 +270,7 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
   options.fused_moe = f.fused_moe == "on";
   options.dp_attention = f.dp_attention == "on";  // DP-attention
+  options.check_weights_finite = !f.skip_weight_check;
   // Given alone, a capacity factor means --overflow-policy drop (resolved by the engine).
   if (f.capacity_given()) options.capacity_factor = f.capacity_factor;
   EpLaunchOptions launch = f.launch;

@@ -3,12 +3,14 @@
 #include "moe/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <omp.h>
 #include <sys/stat.h>
 
 #include <set>
+#include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +24,7 @@
 #include "moe/engine/peer_expert_recovery.h"
 #include "moe/model/config.h"
 #include "moe/model/fingerprint.h"
+#include "moe/model/weight_checks.h"
 #include "moe/model/fp8_dequant.h"
 #include "moe/model/hf_checkpoint.h"
 #include "moe/model/tokenizer.h"
@@ -230,6 +233,11 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   if (options.mla_attention != "auto" && options.mla_attention != "naive" && options.mla_attention != "absorbed") {
     return invalid_argument("mla_attention '" + options.mla_attention + "' is not one of auto, naive, absorbed");
   }
+  if (options.fp8_mode == Fp8Mode::kNative && !impl->config.fp8.enabled) {
+    // Accepted and ignored before (issue 17): there are no FP8 weights to keep.
+    return invalid_argument("fp8_mode native (--fp8 native) applies to FP8 checkpoints; " + dir +
+                            "/config.json has no quantization_config with quant_method 'fp8'");
+  }
   if (options.mla_attention != "auto" && !impl->config.mla.enabled()) {
     return invalid_argument("mla_attention '" + options.mla_attention +
                             "' applies to multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2); " + dir +
@@ -401,9 +409,24 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   MOE_RETURN_IF_ERROR(open_parallel_groups(options, impl.get()));
   Status local = open_local(options, impl.get());
   if (local.ok()) local = check_trace_options(options, impl->comm == nullptr ? 0 : impl->comm->rank());
+  // Start-up only, mostly page-ins of the mapped files: every hardware thread.
+  const int check_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (local.ok() && options.check_weights_finite) {
+    const auto t0 = std::chrono::steady_clock::now();
+    local = check_weights_finite(*impl->source, check_threads);
+    MOE_LOG_INFO("weight check: no NaN/Inf in the loaded weights ({:.3f} s)",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (impl->comm != nullptr) {
     const uint64_t fp = local.ok() ? model_fingerprint(*impl->source, impl->weights) : 0;
     MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
+    // Every rank loaded; now the experts' bytes (each rank holds different ones, so each
+    // hashes every expert, or takes the store manifest's hashes).
+    const auto t0 = std::chrono::steady_clock::now();
+    auto digests = expert_digests(*impl->source, impl->config, check_threads);
+    MOE_LOG_INFO("expert digests: {} experts in {:.3f} s", digests.ok() ? digests->size() : 0,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    MOE_RETURN_IF_ERROR(EpSession::agree_on_experts(*impl->comm, digests, impl->config.router.num_experts));
   }
   if (impl->comm != nullptr && !impl->tensor_parallel()) {
     // Collective on every rank (HF ones too: they can serve copies).
