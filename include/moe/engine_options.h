@@ -106,6 +106,14 @@ struct EngineOptions {
   // DeepSeek-expert-shaped matrices on our CPUs (the FP8 decode is compute-bound on one
   // core); native is the choice when memory is the limit (a model that fits only in FP8).
   Fp8Mode fp8_mode = Fp8Mode::kDequant;
+  // Kernels and weight formats (issue 18; src/moe/ops/kernel_isa.h, model/int8_quant.h).
+  // kernels: the linear kernels' instruction set, "auto" (default: the best this CPU
+  // has), "avx2", "avx512" or "avx512-bf16"; one the CPU lacks, or another name, is
+  // InvalidArgument from Engine::open. weights: "native" (default: as the checkpoint
+  // stores them, or fp8_mode) or "int8" (projections quantised at load to 8-bit codes
+  // with a scale per 32 weights, q8_0-like; ~1.1 bytes per weight).
+  std::string kernels = "auto";
+  std::string weights = "native";
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else
