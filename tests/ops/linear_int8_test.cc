@@ -177,7 +177,7 @@ TEST_P(Int8PathTest, BitwiseIndependentOfThreadsAndM) {
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
     ys.emplace_back(static_cast<size_t>(m * 2000));
-    linear(x.data(), m, q.w, ys.back().data(), KernelOptions{false, GetParam()});
+    linear(x.data(), m, q.w, ys.back().data(), KernelOptions{true, GetParam()});  // batch invariant: GEMV for m = 9
   }
   omp_set_num_threads(saved);
   for (size_t i = 0; i < ys[0].size(); ++i) {
@@ -186,7 +186,7 @@ TEST_P(Int8PathTest, BitwiseIndependentOfThreadsAndM) {
   }
   for (int64_t t = 0; t < m; t += 4) {
     std::vector<float> one(2000);
-    linear(x.data() + t * 256, 1, q.w, one.data(), KernelOptions{false, GetParam()});
+    linear(x.data() + t * 256, 1, q.w, one.data(), KernelOptions{true, GetParam()});
     for (int64_t r = 0; r < 2000; ++r) ASSERT_EQ(ys[0][static_cast<size_t>(t * 2000 + r)], one[static_cast<size_t>(r)]);
   }
 }

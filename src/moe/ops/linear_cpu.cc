@@ -178,17 +178,17 @@ struct Mode {
   KernelIsa isa;  // resolved (never kAuto)
 };
 
-// Jobs whose kernel reads a prepared activation run it for any m (token groups of 4),
-// never sgemm: int8 weights (q8 x), and bf16 weights on AVX512_BF16 (x split in bf16).
-bool tiled(const LinearJob& job, Mode mode) {
-  if (mode.force_gemm) return false;
+bool use_gemv(int64_t m, Mode mode) { return !mode.force_gemm && (m <= kGemvMaxTokens || mode.invariant); }
+
+// GEMV jobs whose kernel reads a prepared activation: int8 weights (q8 x), and bf16
+// weights on AVX512_BF16 (x split in two bf16 parts). Prefill (sgemm) needs none.
+bool needs_prepared_x(const LinearJob& job, Mode mode) {
+  if (!use_gemv(job.m, mode)) return false;
   return job.w->dtype == DType::kI8 || (mode.isa == KernelIsa::kAvx512Bf16 && job.w->dtype == DType::kBF16);
 }
 
-bool use_gemv(int64_t m, Mode mode) { return !mode.force_gemm && (m <= kGemvMaxTokens || mode.invariant); }
-
 int64_t block_rows(const LinearJob& job, Mode mode) {
-  if (tiled(job, mode) || use_gemv(job.m, mode)) return kGemvBlockRows;
+  if (use_gemv(job.m, mode)) return kGemvBlockRows;
   const int64_t rows = kGemmBlockBytes / (4 * job.w->cols) / 16 * 16;
   return std::max<int64_t>(16, rows);
 }
@@ -197,20 +197,16 @@ int64_t block_rows(const LinearJob& job, Mode mode) {
 void run_item(const GemvCall& call, int64_t r0, int64_t r1, Mode mode, std::vector<float>* scratch) {
   const LinearJob& job = call.job;
   const Weight2D& w = *job.w;
-  if (tiled(job, mode)) {
-    if (w.dtype == DType::kI8) {
+  if (use_gemv(job.m, mode)) {
+    if (w.dtype == DType::kI8) {  // the int8 kernels are batch invariant (tokens in groups of 4)
       if (mode.isa != KernelIsa::kAvx2 && cpu_has_avx512_vnni()) {
         avx512::gemv_int8_range(call, r0, r1);
       } else {
         gemv_int8_avx2_range(call, r0, r1);
       }
-    } else {
-      avx512::gemv_bf16_dp_range(call, r0, r1);
-    }
-    return;
-  }
-  if (use_gemv(job.m, mode)) {
-    if (mode.isa != KernelIsa::kAvx2 && w.dtype != DType::kF8E4M3) {
+    } else if (mode.isa == KernelIsa::kAvx512Bf16 && w.dtype == DType::kBF16) {
+      avx512::gemv_bf16_dp_range(call, r0, r1);  // batch invariant too
+    } else if (mode.isa != KernelIsa::kAvx2 && w.dtype != DType::kF8E4M3) {
       avx512::gemv_range(call, r0, r1);  // always batch invariant (tokens in groups of 4)
     } else if (mode.invariant) {
       gemv_invariant_range(job.x, job.m, w, job.y, r0, r1);
@@ -233,7 +229,7 @@ void run_item(const GemvCall& call, int64_t r0, int64_t r1, Mode mode, std::vect
               static_cast<int>(w.rows));
 }
 
-// The jobs with their activations prepared for the tiled kernels (bf16 split or q8),
+// The jobs with their activations prepared for the GEMV kernels that need it (bf16 split or q8),
 // in buffers reused per calling thread.
 const GemvCall* prepare_calls(const LinearJob* jobs, size_t num_jobs, Mode mode) {
   static thread_local std::vector<GemvCall> calls;
@@ -243,7 +239,7 @@ const GemvCall* prepare_calls(const LinearJob* jobs, size_t num_jobs, Mode mode)
   size_t n_bf16 = 0, n_q8 = 0;
   for (size_t j = 0; j < num_jobs; ++j) {
     const LinearJob& job = jobs[j];
-    if (job.m <= 0 || !tiled(job, mode)) continue;
+    if (job.m <= 0 || !needs_prepared_x(job, mode)) continue;
     const size_t n = static_cast<size_t>(job.m * job.w->cols);
     if (job.w->dtype == DType::kI8) {
       n_q8 += n;
@@ -262,7 +258,7 @@ const GemvCall* prepare_calls(const LinearJob* jobs, size_t num_jobs, Mode mode)
     const LinearJob& job = jobs[j];
     GemvCall& c = calls[j];
     c.job = job;
-    if (job.m <= 0 || !tiled(job, mode)) continue;
+    if (job.m <= 0 || !needs_prepared_x(job, mode)) continue;
     const int64_t k = job.w->cols;
     const size_t n = static_cast<size_t>(job.m * k);
     if (job.w->dtype == DType::kI8) {

@@ -8,10 +8,10 @@
 // weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
 // The kernel's instruction set is KernelOptions::isa (ops/kernel_isa.h: AVX2, AVX-512F,
 // AVX512_BF16), chosen at run time; linear_kernels.h has the AVX-512 and int8 kernels.
-// Two kinds of weights run those GEMV kernels for every m (prefill too, in groups of 4
-// tokens, so they are batch invariant by construction): bf16 on AVX512_BF16 (vdpbf16ps:
-// no conversion of the weights at all), and int8 (kI8 with [1, 32] block scales, from
-// "--weights int8": x quantised to q8 per 32-block, VNNI or AVX2 maddubs).
+// bf16 weights on AVX512_BF16 use vdpbf16ps (no conversion of the weights), int8 ones
+// (kI8 with [1, 32] block scales, "--weights int8") quantise x to q8 per 32-block and
+// use VNNI or AVX2 maddubs. Prefill stays on sgemm for every dtype: a GEMM built from
+// the vdpbf16ps GEMV in token tiles measured 0.35x of sgemm on Zen 4 (performance.md).
 // Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
 // OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32. FP8 weights
 // (with block scales) take linear_fp8_cpu.h's GEMV, and the same sgemm path on row
