@@ -3,10 +3,10 @@
 namespace moe {
 namespace {
 
-std::string supported_list() {
+std::string supported_list(IsaSupportFn supports = cpu_supports) {
   std::string s;
   for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Bf16}) {
-    if (!cpu_supports(isa)) continue;
+    if (!supports(isa)) continue;
     if (!s.empty()) s += ", ";
     s += kernel_isa_name(isa);
   }
@@ -15,17 +15,22 @@ std::string supported_list() {
 
 }  // namespace
 
-StatusOr<KernelChoice> choose_kernels(const EngineOptions& options) {
+StatusOr<KernelChoice> choose_kernels(const EngineOptions& options) { return choose_kernels(options, cpu_supports); }
+
+StatusOr<KernelChoice> choose_kernels(const EngineOptions& options, IsaSupportFn supports) {
   KernelChoice c;
   const std::optional<KernelIsa> isa = parse_kernel_isa(options.kernels);
   if (!isa) {
     return invalid_argument("kernels '" + options.kernels + "' is not one of auto, avx2, avx512, avx512-bf16");
   }
-  if (!cpu_supports(*isa)) {
+  if (!supports(*isa)) {
     return invalid_argument("kernels '" + options.kernels + "': this CPU does not support it (it supports: " +
-                            supported_list() + ")");
+                            supported_list(supports) + ")");
   }
-  c.isa = resolve_kernel_isa(*isa);
+  c.isa = *isa != KernelIsa::kAuto ? *isa
+          : supports(KernelIsa::kAvx512Bf16) ? KernelIsa::kAvx512Bf16
+          : supports(KernelIsa::kAvx512)     ? KernelIsa::kAvx512
+                                             : KernelIsa::kAvx2;
   if (options.weights != "native" && options.weights != "int8") {
     return invalid_argument("weights '" + options.weights + "' is not one of native, int8");
   }

@@ -18,6 +18,9 @@ struct KernelChoice {
 // InvalidArgument naming the option and value for an unknown kernels/weights name, or
 // a kernel path this CPU lacks (listing the ones it has).
 StatusOr<KernelChoice> choose_kernels(const EngineOptions& options);
+// The same against another CPU's answers (tests: a CPU without AVX-512).
+using IsaSupportFn = bool (*)(KernelIsa);
+StatusOr<KernelChoice> choose_kernels(const EngineOptions& options, IsaSupportFn supports);
 
 // One line for logs and `moe bench`: "kernels avx512-bf16 (cpu: avx2 avx512 avx512-bf16
 // vnni; amx: no), weights int8".
