@@ -2,7 +2,9 @@
 // ::weights; issue 18) against the independent PyTorch golden data of the shipped tiny
 // Mixtral (tests/data/golden/tiny-mixtral, tools/reference/make_golden.py): final
 // prompt-position logits within a fraction of the logit range, and the first greedy
-// token. A path this CPU lacks is skipped by name. Plus the options' error paths.
+// token; with and without batch_invariant (which runs the path's GEMV kernels for the
+// whole prompt; otherwise prompts of more than 4 tokens take sgemm). A path this CPU
+// lacks is skipped by name. Plus the options' error paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,9 +35,12 @@ TEST_P(KernelPathsTest, TinyMixtralMatchesTorchReference) {
   if (!cpu_supports(*parse_kernel_isa(pc.kernels))) {
     GTEST_SKIP() << "kernel path " << pc.kernels << " not supported by this CPU: skipped";
   }
+  for (bool invariant : {false, true}) {
+  SCOPED_TRACE(invariant ? "batch_invariant" : "default");
   EngineOptions eo{.model_dir = tiny_model_dir()};
   eo.kernels = pc.kernels;
   eo.weights = pc.weights;
+  eo.batch_invariant = invariant;
   auto engine = Engine::open(eo);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const std::string dir = golden_dir() + "/tiny-mixtral";
@@ -58,8 +63,8 @@ TEST_P(KernelPathsTest, TinyMixtralMatchesTorchReference) {
     for (size_t i = 0; i < logits.size(); ++i) {
       max_diff = std::max(max_diff, static_cast<double>(std::fabs(logits[i] - result.value().prompt_logits[i])));
     }
-    std::printf("%s %s/%s: max |logit diff| / range = %.2e\n", entry["name"].get<std::string>().c_str(),
-                pc.kernels.c_str(), pc.weights.c_str(), max_diff / range);
+    std::printf("%s %s/%s%s: max |logit diff| / range = %.2e\n", entry["name"].get<std::string>().c_str(),
+                pc.kernels.c_str(), pc.weights.c_str(), invariant ? " (batch invariant)" : "", max_diff / range);
     EXPECT_LE(max_diff / range, pc.logits_tol) << "max |diff| " << max_diff << " over range " << range;
     // The first greedy token, unless the reference's own top-2 margin is within our error.
     const auto margins = gold["greedy_margins"].get<std::vector<double>>();
@@ -67,6 +72,7 @@ TEST_P(KernelPathsTest, TinyMixtralMatchesTorchReference) {
       ASSERT_FALSE(result.value().output_token_ids.empty());
       EXPECT_EQ(result.value().output_token_ids[0], gold["greedy_token_ids"][0].get<int>());
     }
+  }
   }
 }
 
