@@ -35,10 +35,16 @@ struct BenchFlags {
   std::vector<std::string> weights = {"native"};
 };
 
-// One engine of the comparison: an MLA path, a kernel path and a weight format.
+// One engine of the comparison: an MLA path, a kernel path and a weight format. Its
+// label joins the dimensions that vary (the MLA path always for MLA models): one word.
 struct Variant {
   std::string mla, kernels, weights;
-  std::string label() const { return mla + "/" + kernels + "/" + weights; }
+  std::string label(bool with_mla, bool with_kernels, bool with_weights) const {
+    std::string s = with_mla ? mla : "";
+    if (with_kernels) s += (s.empty() ? "" : "+") + kernels;
+    if (with_weights) s += (s.empty() ? "" : "+") + weights;
+    return s;
+  }
 };
 
 // Which kernel paths this CPU offers (ops/kernel_isa.h), for the report's header.
@@ -119,7 +125,9 @@ int run_bench(const BenchFlags& f) {
     eo.weights = v.weights;
     eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
     auto engine_or = Engine::open(eo);
-    if (!engine_or.ok()) return fail("--kernels " + v.kernels + " --weights " + v.weights + ": " + engine_or.status().message());
+    if (!engine_or.ok()) {
+      return fail("--kernels " + v.kernels + " --weights " + v.weights + ": " + engine_or.status().message());
+    }
     engines.push_back(std::move(engine_or).value());
   }
   const ModelInfo& info = engines.front()->info();
@@ -132,12 +140,22 @@ int run_bench(const BenchFlags& f) {
   std::printf("prompt %d tokens, %d generated tokens, %d repeats (+1 warm-up)\n", f.prompt_tokens, f.gen_tokens,
               f.repeats);
   std::printf("%s\n", kernel_summary().c_str());
+  const bool multi_k = f.kernels.size() > 1, multi_w = f.weights.size() > 1;
   const bool labelled = mla || variants.size() > 1;
-  if (labelled) {
+  std::vector<std::string> labels;
+  for (const Variant& v : variants) labels.push_back(v.label(mla, multi_k, multi_w));
+  if (mla) {
     std::string list;
-    for (const Variant& v : variants) list += (list.empty() ? "" : ", ") + v.label();
-    std::printf("variants (mla path/kernels/weights): %s (interleaved within each repeat)\n", list.c_str());
+    for (const std::string& p : f.mla_paths) list += (list.empty() ? "" : ", ") + p;
+    std::printf("multi-head latent attention: %s (interleaved within each repeat)\n", list.c_str());
   }
+  if (multi_k || multi_w) {
+    std::string list;
+    for (const std::string& l : labels) list += (list.empty() ? "" : ", ") + l;
+    std::printf("variants (%s): %s (interleaved within each repeat)\n",
+                mla ? "mla path+kernels+weights" : "kernels+weights", list.c_str());
+  }
+  const char* column = multi_k || multi_w ? "variant" : "mla path";
   std::printf("\n");
 
   // A fixed pseudo-random prompt of ordinary tokens (no BOS/EOS inside).
@@ -152,7 +170,7 @@ int run_bench(const BenchFlags& f) {
 
   const size_t np = variants.size();
   if (labelled) {
-    std::printf("%-8s %-26s %14s %14s %14s %14s\n", "threads", "variant", "prefill min", "prefill med", "decode min",
+    std::printf("%-8s %-26s %14s %14s %14s %14s\n", "threads", column, "prefill min", "prefill med", "decode min",
                 "decode med");
     std::printf("%-8s %-26s %14s %14s %14s %14s\n", "", "", "tok/s", "tok/s", "tok/s", "tok/s");
   } else {
@@ -184,23 +202,23 @@ int run_bench(const BenchFlags& f) {
     for (size_t p = 0; p < np; ++p) {
       Stats ps = stats_of(series[p].prefill), d = stats_of(series[p].decode);
       if (labelled) {
-        std::printf("%-8d %-26s %14.1f %14.1f %14.1f %14.1f\n", t, variants[p].label().c_str(), ps.min, ps.median,
-                    d.min, d.median);
+        std::printf("%-8d %-26s %14.1f %14.1f %14.1f %14.1f\n", t, labels[p].c_str(), ps.min, ps.median, d.min,
+                    d.median);
       } else {
         std::printf("%-8d %14.1f %14.1f %14.1f %14.1f\n", t, ps.min, ps.median, d.min, d.median);
       }
-      decode_median.push_back({t, variants[p].label(), d.median, engines[p]->info().decode_bytes_per_token});
+      decode_median.push_back({t, labels[p], d.median, engines[p]->info().decode_bytes_per_token});
     }
     all.push_back(std::move(series));
   }
 
   if (np > 1) {
-    std::printf("\nratios to %s (median of the per-repeat ratios; > 1 = faster than %s)\n",
-                variants[0].label().c_str(), variants[0].label().c_str());
-    std::printf("%-8s %-26s %14s %14s\n", "threads", "variant", "prefill", "decode");
+    std::printf("\nratios to %s (median of the per-repeat ratios; > 1 = faster than %s)\n", labels[0].c_str(),
+                labels[0].c_str());
+    std::printf("%-8s %-26s %14s %14s\n", "threads", "variants", "prefill", "decode");
     for (size_t ti = 0; ti < f.threads.size(); ++ti) {
       for (size_t p = 1; p < np; ++p) {
-        const std::string label = variants[p].label();
+        const std::string label = labels[p] + "/" + labels[0];
         std::printf("%-8d %-26s %14.3f %14.3f\n", f.threads[ti], label.c_str(),
                     paired_ratio(all[ti][p].prefill, all[ti][0].prefill),
                     paired_ratio(all[ti][p].decode, all[ti][0].decode));
@@ -212,7 +230,7 @@ int run_bench(const BenchFlags& f) {
   std::printf("\ndecode bandwidth bound: %.1f MB of weights read per decode token%s\n",
               info.decode_bytes_per_token / 1e6, f.weights.size() > 1 ? " (native; each variant's own below)" : "");
   if (labelled) {
-    std::printf("%-8s %-26s %14s %16s %14s %10s\n", "threads", "variant", "read GB/s", "bound tok/s", "decode tok/s",
+    std::printf("%-8s %-26s %14s %16s %14s %10s\n", "threads", column, "read GB/s", "bound tok/s", "decode tok/s",
                 "ratio");
   } else {
     std::printf("%-8s %14s %16s %14s %10s\n", "threads", "read GB/s", "bound tok/s", "decode tok/s", "ratio");
