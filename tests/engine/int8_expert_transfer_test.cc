@@ -73,5 +73,54 @@ TEST(Int8ExpertTransferTest, MigrationCarriesCodesAndScales) {
   EXPECT_EQ(want.bytes() * 8, static_cast<size_t>(want.w1.rows * want.w1.cols * 3) * 9);
 }
 
+// A sender whose header says I8 without the [1, 32] f32 scales of --weights int8 is
+// refused by name (rank 0 here speaks the wire protocol by hand: header, payload, sum,
+// then the group's verdict).
+TEST(Int8ExpertTransferTest, MigrationRefusesI8WithoutItsScales) {
+  auto config = load_model_config(testing::tiny_model_dir());
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  const ModelConfig& c = *config;
+  auto hf = HfCheckpoint::open(testing::tiny_model_dir());
+  ASSERT_TRUE(hf.ok());
+  const int E = c.router.num_experts;
+  const ExpertPlacement current = ExpertPlacement::contiguous(E, 2);
+  std::vector<std::vector<int>> slots = {current.experts_on(0), current.experts_on(1)};
+  slots[1].push_back(2);
+  auto next = ExpertPlacement::from_rank_slots(slots, E);
+  ASSERT_TRUE(next.ok());
+  InProcessGroup group(2, 0, 30);
+  Status received = ok_status();
+  (void)run_ranks(group, [&](Communicator& comm) -> Status {
+    if (comm.rank() == 0) {
+      // w1, w2, w3: I8 with f16 scales of blocks [1, 32] (not what --weights int8 writes).
+      int64_t header[13];
+      for (int i = 0; i < 3; ++i) {
+        header[i * 4 + 0] = static_cast<int64_t>(DType::kI8);
+        header[i * 4 + 1] = static_cast<int64_t>(DType::kF16);
+        header[i * 4 + 2] = 1;
+        header[i * 4 + 3] = 32;
+      }
+      header[12] = 64;
+      std::vector<uint8_t> payload(64, 0);
+      const uint64_t sum = 0;
+      MOE_RETURN_IF_ERROR(comm.send(header, sizeof(header), 1, kMigrationTagHeader));
+      MOE_RETURN_IF_ERROR(comm.send(payload.data(), payload.size(), 1, kMigrationTagData));
+      MOE_RETURN_IF_ERROR(comm.send(&sum, sizeof(sum), 1, kMigrationTagSum));
+      int64_t failed = 0;
+      return comm.allreduce_sum(&failed, 1);
+    }
+    MOE_ASSIGN_OR_RETURN(ModelWeights w, bind_weights(c, hf.value(), [&](int, int e) { return current.holds(1, e); }));
+    std::vector<const ExpertPlacement*> cur(static_cast<size_t>(c.num_hidden_layers)), nxt = cur;
+    cur[0] = &current;
+    nxt[0] = &next.value();
+    ExpertStore store;
+    MigrationStats stats;
+    received = migrate_experts(comm, MigrationPlan{c, {0}, cur, nxt}, MigrationTarget{&w.layers, &store}, &stats);
+    return ok_status();
+  });
+  EXPECT_EQ(received.code(), StatusCode::kDataLoss) << received.to_string();
+  EXPECT_NE(received.message().find("I8 without [1, 32] f32 block scales"), std::string::npos) << received.message();
+}
+
 }  // namespace
 }  // namespace moe
