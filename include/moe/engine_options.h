@@ -142,6 +142,14 @@ struct EngineOptions {
   // (`moe ... --skip-weight-check` turns it off). Under expert parallelism every rank
   // also compares a digest of every expert with rank 0's, always.
   bool check_weights_finite = true;
+  // Kernels and weight formats (issue 18; src/moe/ops/kernel_isa.h, model/int8_quant.h).
+  // kernels: the linear kernels' instruction set, "auto" (default: the best this CPU
+  // has), "avx2", "avx512" or "avx512-bf16"; one the CPU lacks, or another name, is
+  // InvalidArgument from Engine::open. weights: "native" (default: as the checkpoint
+  // stores them, or fp8_mode) or "int8" (projections quantised at load to 8-bit codes
+  // with a scale per 32 weights, q8_0-like; ~1.1 bytes per weight).
+  std::string kernels = "auto";
+  std::string weights = "native";
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

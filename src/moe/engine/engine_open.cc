@@ -26,6 +26,7 @@
 #include "moe/model/fingerprint.h"
 #include "moe/model/weight_checks.h"
 #include "moe/model/fp8_dequant.h"
+#include "moe/model/int8_quant.h"
 #include "moe/model/hf_checkpoint.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
@@ -191,7 +192,8 @@ FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* 
   in.slots_per_rank = std::max(slots, 1);
   in.wait_seconds = options.failover_wait_seconds;
   const bool dequant = options.fp8_mode == Fp8Mode::kDequant;
-  in.load_expert = [impl, dequant](int layer, int expert, std::vector<LayerWeights>* layers,
+  const bool int8 = impl->kernel_choice.int8_weights;
+  in.load_expert = [impl, dequant, int8](int layer, int expert, std::vector<LayerWeights>* layers,
                                    ExpertStore* store) -> Status {
     ExpertWeights& w = (*layers)[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)];
     if (impl->store != nullptr) {
@@ -203,6 +205,7 @@ FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* 
     if (dequant && (w.w1.has_scale() || w.w2.has_scale() || w.w3.has_scale())) {
       dequantize_expert_to_bf16(&w, &(*store)[{layer, expert}]);  // as the experts loaded at start-up
     }
+    if (int8) quantize_expert_to_int8(&w, &(*store)[{layer, expert}]);  // --weights int8, as at start-up
     return ok_status();
   };
   return in;
@@ -265,6 +268,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     return invalid_argument("--ep-overlap is not available with --a2a-mode hierarchical (its two-level exchanges are "
                             "blocking): use --a2a-mode flat or auto with --ep-overlap, or drop --ep-overlap");
   }
+  MOE_ASSIGN_OR_RETURN(impl->kernel_choice, choose_kernels(options));
   if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
     return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
   }
@@ -457,10 +461,18 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                                                  [p](int l, int e) { return &p->expert_store[{l, e}]; });
     MOE_LOG_INFO("fp8 dequant: {} FP8 matrices dequantised to bf16 at load", n);
   }
+  if (impl->kernel_choice.int8_weights) {
+    Impl* p = impl.get();
+    ModelWeights* w = impl->tensor_parallel() ? &impl->tp_weights : &impl->weights;
+    const int64_t n = quantize_weights_to_int8(w, &impl->int8_quantized,
+                                               [p](int l, int e) { return &p->expert_store[{l, e}]; });
+    MOE_LOG_INFO("weights int8: {} matrices quantised at load (blocks of 32, f32 scales)", n);
+  }
+  MOE_LOG_INFO("{}", describe_kernels(impl->kernel_choice));
   const std::string& dir = options.model_dir;
   DecoderOptions decoder_options;
   decoder_options.ep = impl->ep_comm ? &impl->ep : nullptr;
-  decoder_options.kernel = KernelOptions{options.batch_invariant};
+  decoder_options.kernel = KernelOptions{options.batch_invariant, impl->kernel_choice.isa};
   if (impl->tensor_parallel()) {
     const ParallelGroups& g = impl->groups;
     decoder_options.tp.comm = g.tp;
