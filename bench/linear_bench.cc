@@ -4,6 +4,10 @@
 // bfloat16 (no cblas_sbgemv/sbgemm), and oneDNN 2.6 has bf16 matmul only for
 // AVX-512/AMX, so neither can read bf16 weights in place on an AVX2 CPU.
 //
+// BM_moe_linear_path: the same shapes on each kernel path (ops/kernel_isa.h: 0 avx2,
+// 1 avx512, 2 avx512-bf16; paths the CPU lacks are skipped) with bf16 or int8 weights
+// (int8 = 1: model/int8_quant.h), decode only (m = 1).
+//
 //   ./build/bench/linear_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -12,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "moe/model/int8_quant.h"
 #include "moe/ops/linear.h"
 #include "moe/tensor/dtype.h"
 
@@ -90,7 +95,39 @@ void shapes(benchmark::internal::Benchmark* b) {
   b->UseRealTime();
 }
 
+// args: n, k, threads, isa (0 avx2, 1 avx512, 2 avx512-bf16), int8
+void BM_moe_linear_path(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1);
+  const moe::KernelIsa isas[] = {moe::KernelIsa::kAvx2, moe::KernelIsa::kAvx512, moe::KernelIsa::kAvx512Bf16};
+  const moe::KernelIsa isa = isas[state.range(3)];
+  if (!moe::cpu_supports(isa)) {
+    state.SkipWithError("kernel path not supported by this CPU");
+    return;
+  }
+  omp_set_num_threads(static_cast<int>(state.range(2)));
+  Problem p = make(n, k, 1);
+  std::vector<uint8_t> q8;
+  const moe::Weight2D w = state.range(4) ? moe::quantize_to_int8(p.w, &q8) : p.w;
+  for (auto _ : state) {
+    moe::linear(p.x.data(), 1, w, p.y.data(), moe::KernelOptions{false, isa});
+    benchmark::DoNotOptimize(p.y.data());
+  }
+  set_counters(state, n, k, 1, w.bytes());
+}
+
+void path_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"n", "k", "threads", "isa", "int8"});
+  for (int threads : {1, 2})
+    for (int int8 : {0, 1})
+      for (int isa : {0, 1, 2}) {
+        b->Args({2816, 1024, threads, isa, int8});
+        b->Args({1024, 2816, threads, isa, int8});
+      }
+  b->UseRealTime();
+}
+
 BENCHMARK(BM_moe_linear_bf16)->Apply(shapes);
+BENCHMARK(BM_moe_linear_path)->Apply(path_shapes);
 BENCHMARK(BM_openblas_f32_copy)->Apply(shapes);
 
 }  // namespace

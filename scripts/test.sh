@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
-# Runs the test suite. Usage: ./scripts/test.sh [--sanitize]
+# Runs the test suite. Usage: ./scripts/test.sh [--sanitize | --tsan]
 #   --sanitize  build in build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer and
 #               run the unit and MPI tests (labels unit|mpi) under them
+#   --tsan      build in build-tsan/ with ThreadSanitizer (MOE_TSAN) and run the unit tests
+#               of the threaded parts: scheduler, HTTP server, rate limiter, thread pool,
+#               in-process communicator (issue 17; not run in CI: a whole extra build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build
 FLAGS=(-DCMAKE_BUILD_TYPE=Release)
 LABELS=()
+TSAN_TESTS=(scheduler_test scheduler_faults_test http_server_test http_hardening_test http_choices_test
+            http_faults_test rate_limiter_test serve_loop_test inproc_communicator_test faulty_communicator_test)
+if [ "${1:-}" = "--tsan" ]; then
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+    -DMOE_TSAN=ON -DMOE_BUILD_BENCH=OFF -DMOE_BUILD_E2E_TESTS=OFF > /dev/null
+  cmake --build build-tsan -j"$(nproc)" --target "${TSAN_TESTS[@]}"
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp"
+  cd build-tsan
+  for t in "${TSAN_TESTS[@]}"; do
+    [ -x "tests/$t" ] && ./tests/"$t" --gtest_brief=1
+  done
+  exit 0
+fi
 if [ "${1:-}" = "--sanitize" ]; then
   BUILD=build-asan
   # -O1 -g1 (line tables): what ASan recommends, and half the compile time of -O2 -g.

@@ -142,6 +142,7 @@ struct EngineOptions {
   // decode token, but `moe bench fp8` measured the bf16 GEMV 1.6-2x faster per call on
   // DeepSeek-expert-shaped matrices on our CPUs (the FP8 decode is compute-bound on one
   // core); native is the choice when memory is the limit (a model that fits only in FP8).
+  // native on a model without FP8 weights: InvalidArgument from Engine::open.
   Fp8Mode fp8_mode = Fp8Mode::kDequant;
   // Per-step trace (`--trace FILE`, docs/tracing.md): empty = off; else every rank
   // records its spans (attention, router, dispatch, expert compute, combine, waits) and
@@ -151,6 +152,19 @@ struct EngineOptions {
   // later ones are dropped and counted in the file.
   std::string trace_path{};
   int64_t trace_max_events = 1000000;
+  // Hardening (issue 17): Engine::open refuses (DataLoss naming the tensor) a checkpoint
+  // whose loaded weights hold a NaN or Inf: one scan of the bytes this process holds
+  // (`moe ... --skip-weight-check` turns it off). Under expert parallelism every rank
+  // also compares a digest of every expert with rank 0's, always.
+  bool check_weights_finite = true;
+  // Kernels and weight formats (issue 18; src/moe/ops/kernel_isa.h, model/int8_quant.h).
+  // kernels: the linear kernels' instruction set, "auto" (default: the best this CPU
+  // has), "avx2", "avx512" or "avx512-bf16"; one the CPU lacks, or another name, is
+  // InvalidArgument from Engine::open. weights: "native" (default: as the checkpoint
+  // stores them, or fp8_mode) or "int8" (projections quantised at load to 8-bit codes
+  // with a scale per 32 weights, q8_0-like; ~1.1 bytes per weight).
+  std::string kernels = "auto";
+  std::string weights = "native";
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

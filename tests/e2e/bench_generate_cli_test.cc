@@ -126,6 +126,28 @@ TEST(BenchGenerateCliTest, BadMlaListsRefusedByName) {
                     {"--mla-attention", "model_type 'mixtral'"});
 }
 
+// Kernel paths and weight formats (issue 18): one engine per combination, labelled by
+// the dimensions that vary, with ratios to the first; names are checked by the engine.
+TEST(BenchGenerateCliTest, KernelAndWeightListsInterleaved) {
+  auto r = bench_stdout("--model " + sh_quote(tiny_model_dir()) + " --threads 1 --repeats 1 --kernels avx2,auto " +
+                        "--weights native,int8" + kQuick);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "cpu kernel paths: avx2");
+  EXPECT_CONTAINS(r.output, "variants (kernels+weights): avx2+native, avx2+int8, auto+native, auto+int8");
+  for (const char* v : {"avx2+native", "avx2+int8", "auto+native", "auto+int8"}) {
+    const auto row = find_row(r.output, {"1", v});
+    ASSERT_EQ(row.size(), 6u) << v;
+    for (size_t i = 2; i < 6; ++i) EXPECT_GT(std::stod(row[i]), 0) << v;
+  }
+  EXPECT_EQ(find_row(r.output, {"1", "auto+int8/avx2+native"}).size(), 4u);
+}
+
+TEST(BenchGenerateCliTest, BadKernelOrWeightNamesRefusedByName) {
+  const std::string tiny = "--model " + sh_quote(tiny_model_dir()) + " --repeats 1" + kQuick;
+  expect_error_exit(bench_all(tiny + " --kernels avx2,avx9"), {"kernels 'avx9' is not one of auto, avx2, avx512"});
+  expect_error_exit(bench_all(tiny + " --weights int4"), {"weights 'int4' is not one of native, int8"});
+}
+
 TEST(BenchGenerateCliTest, HelpListsMlaAttention) {
   auto r = bench_all("--help");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -29,6 +29,15 @@ TEST(Fp8CliTest, GenerateNativeAndDequantAndABadMode) {
   EXPECT_CONTAINS(bad.output, "fast");
 }
 
+// Issue 17: --fp8 native on a model with no FP8 weights was accepted and ignored.
+TEST(Fp8CliTest, Fp8NativeRefusedWithoutFp8Weights) {
+  const auto r = run_command(moe_binary() + " generate --model " + sh_quote(testing::tiny_model_dir()) +
+                             " --prompt 'ROMEO:' --max-tokens 2 --threads 1 --fp8 native");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "--fp8 native");
+  EXPECT_CONTAINS(r.output, "quantization_config");
+}
+
 TEST(Fp8CliTest, BenchFp8ReportsBothModes) {
   const auto r = run_command(moe_binary() + " bench fp8 --shapes 96x200 --threads 1 --repeats 1 --pool-mb 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -211,3 +211,22 @@ TEST(EngineOpenErrorsTest, CorruptTokenizerConfig) {
 
 }  // namespace
 }  // namespace moe
+
+namespace moe {
+namespace {
+
+// Issue 17: fp8_mode native on a bf16 checkpoint was accepted and ignored.
+TEST(EngineOpenErrorsTest, Fp8NativeWithoutFp8WeightsIsRefused) {
+  EngineOptions o{.model_dir = tiny_model_dir(), .num_threads = 1};
+  o.fp8_mode = Fp8Mode::kNative;
+  auto e = Engine::open(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(e.status().message(), "--fp8 native");
+  EXPECT_CONTAINS(e.status().message(), "quantization_config");
+  o.fp8_mode = Fp8Mode::kDequant;  // the default: nothing to dequantise, fine
+  EXPECT_TRUE(Engine::open(o).ok());
+}
+
+}  // namespace
+}  // namespace moe

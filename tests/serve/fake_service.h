@@ -146,7 +146,11 @@ class FakeService final : public GenerationService {
     std::lock_guard<std::mutex> lock(mu_);
     health_ = std::move(h);
   }
-  int count_tokens(const std::string& text) const override { return 1 + static_cast<int>(text.size()); }
+  int count_tokens(const std::string& text) const override {
+    ++count_tokens_calls;
+    return 1 + static_cast<int>(text.size());
+  }
+  mutable std::atomic<int> count_tokens_calls{0};  // how often count_tokens ran (tokenizing)
   // Tokens are bytes, as in count_tokens: tokenize gives BOS (1) then each byte's value;
   // detokenize joins token_bytes (below) and refuses ids outside [0, vocab_size).
   StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override {

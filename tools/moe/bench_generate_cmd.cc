@@ -2,7 +2,8 @@
 // repeats), and decode against the memory-bandwidth bound. For multi-head latent
 // attention models, --mla-attention takes a list of paths: one engine per path, the
 // paths interleaved within each repeat (A, B, A, B, ...), a row per path and the
-// per-repeat ratios of each path to the first.
+// per-repeat ratios of each path to the first. --kernels and --weights take lists the
+// same way (issue 18): one engine per combination, interleaved, with ratios to the first.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "moe/core/membw.h"
 #include "moe/engine.h"
 #include "moe/model/config.h"
+#include "moe/ops/kernel_isa.h"
 
 namespace moe::cli {
 namespace {
@@ -33,7 +35,32 @@ struct BenchFlags {
   std::string fp8 = "dequant";
   std::string kv_dtype = "f32";  // EngineOptions::kv_dtype (issue 18 part B)
   std::string trace;  // --trace: the first engine's runs (h-trace)
+  std::vector<std::string> kernels = {"auto"};
+  std::vector<std::string> weights = {"native"};
 };
+
+// One engine of the comparison: an MLA path, a kernel path and a weight format. Its
+// label joins the dimensions that vary (the MLA path always for MLA models): one word.
+struct Variant {
+  std::string mla, kernels, weights;
+  std::string label(bool with_mla, bool with_kernels, bool with_weights) const {
+    std::string s = with_mla ? mla : "";
+    if (with_kernels) s += (s.empty() ? "" : "+") + kernels;
+    if (with_weights) s += (s.empty() ? "" : "+") + weights;
+    return s;
+  }
+};
+
+// Which kernel paths this CPU offers (ops/kernel_isa.h), for the report's header.
+std::string kernel_summary() {
+  std::string s = "cpu kernel paths:";
+  for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Bf16}) {
+    if (cpu_supports(isa)) s += std::string(" ") + kernel_isa_name(isa);
+  }
+  s += std::string(" (auto = ") + kernel_isa_name(best_kernel_isa()) + "); int8: " +
+       (cpu_has_avx512_vnni() ? "avx512-vnni" : "avx2 maddubs") + "; amx: " + (cpu_has_amx() ? "present, unused" : "no");
+  return s;
+}
 
 struct Stats {
   double min = 0, median = 0, max = 0;
@@ -89,16 +116,24 @@ int run_bench(const BenchFlags& f) {
     return fail("--mla-attention applies to multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2); " +
                 model_dir + " has model_type '" + config.value().model_type + "'");
   }
-  std::vector<std::unique_ptr<Engine>> engines;  // one per path (the path is fixed at open)
-  for (const std::string& path : f.mla_paths) {
+  std::vector<Variant> variants;
+  for (const std::string& path : f.mla_paths)
+    for (const std::string& k : f.kernels)
+      for (const std::string& w : f.weights) variants.push_back({path, k, w});
+  std::vector<std::unique_ptr<Engine>> engines;  // one per variant (fixed at open)
+  for (const Variant& v : variants) {
     EngineOptions eo{.model_dir = model_dir};
     eo.batch_invariant = f.batch_invariant;
-    eo.mla_attention = path;
+    eo.mla_attention = v.mla;
+    eo.kernels = v.kernels;
+    eo.weights = v.weights;
     eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
     eo.kv_dtype = f.kv_dtype;
     if (engines.empty()) eo.trace_path = f.trace;  // the first path's runs
     auto engine_or = Engine::open(eo);
-    if (!engine_or.ok()) return fail(engine_or.status().message());
+    if (!engine_or.ok()) {
+      return fail("--kernels " + v.kernels + " --weights " + v.weights + ": " + engine_or.status().message());
+    }
     engines.push_back(std::move(engine_or).value());
   }
   const ModelInfo& info = engines.front()->info();
@@ -110,11 +145,23 @@ int run_bench(const BenchFlags& f) {
               info.weight_bytes / 1e6);
   std::printf("prompt %d tokens, %d generated tokens, %d repeats (+1 warm-up)\n", f.prompt_tokens, f.gen_tokens,
               f.repeats);
+  std::printf("%s\n", kernel_summary().c_str());
+  const bool multi_k = f.kernels.size() > 1, multi_w = f.weights.size() > 1;
+  const bool labelled = mla || variants.size() > 1;
+  std::vector<std::string> labels;
+  for (const Variant& v : variants) labels.push_back(v.label(mla, multi_k, multi_w));
   if (mla) {
     std::string list;
     for (const std::string& p : f.mla_paths) list += (list.empty() ? "" : ", ") + p;
     std::printf("multi-head latent attention: %s (interleaved within each repeat)\n", list.c_str());
   }
+  if (multi_k || multi_w) {
+    std::string list;
+    for (const std::string& l : labels) list += (list.empty() ? "" : ", ") + l;
+    std::printf("variants (%s): %s (interleaved within each repeat)\n",
+                mla ? "mla path+kernels+weights" : "kernels+weights", list.c_str());
+  }
+  const char* column = multi_k || multi_w ? "variant" : "mla path";
   std::printf("\n");
 
   // A fixed pseudo-random prompt of ordinary tokens (no BOS/EOS inside).
@@ -127,11 +174,11 @@ int run_bench(const BenchFlags& f) {
   req.sampling.temperature = 0;
   req.ignore_eos = true;
 
-  const size_t np = f.mla_paths.size();
-  if (mla) {
-    std::printf("%-8s %-9s %14s %14s %14s %14s\n", "threads", "mla path", "prefill min", "prefill med", "decode min",
+  const size_t np = variants.size();
+  if (labelled) {
+    std::printf("%-8s %-26s %14s %14s %14s %14s\n", "threads", column, "prefill min", "prefill med", "decode min",
                 "decode med");
-    std::printf("%-8s %-9s %14s %14s %14s %14s\n", "", "", "tok/s", "tok/s", "tok/s", "tok/s");
+    std::printf("%-8s %-26s %14s %14s %14s %14s\n", "", "", "tok/s", "tok/s", "tok/s", "tok/s");
   } else {
     std::printf("%-8s %14s %14s %14s %14s\n", "threads", "prefill min", "prefill med", "decode min", "decode med");
     std::printf("%-8s %14s %14s %14s %14s\n", "", "tok/s", "tok/s", "tok/s", "tok/s");
@@ -140,6 +187,7 @@ int run_bench(const BenchFlags& f) {
     int threads;
     std::string path;
     double median;
+    size_t bytes_per_token;  // as this variant's engine holds its weights (int8: ~1.1 bytes each)
   };
   std::vector<DecodeRow> decode_median;
   std::vector<std::vector<Series>> all;  // [thread index][path]
@@ -159,25 +207,25 @@ int run_bench(const BenchFlags& f) {
     std::fprintf(stderr, "\r                          \r");
     for (size_t p = 0; p < np; ++p) {
       Stats ps = stats_of(series[p].prefill), d = stats_of(series[p].decode);
-      if (mla) {
-        std::printf("%-8d %-9s %14.1f %14.1f %14.1f %14.1f\n", t, f.mla_paths[p].c_str(), ps.min, ps.median, d.min,
+      if (labelled) {
+        std::printf("%-8d %-26s %14.1f %14.1f %14.1f %14.1f\n", t, labels[p].c_str(), ps.min, ps.median, d.min,
                     d.median);
       } else {
         std::printf("%-8d %14.1f %14.1f %14.1f %14.1f\n", t, ps.min, ps.median, d.min, d.median);
       }
-      decode_median.push_back({t, f.mla_paths[p], d.median});
+      decode_median.push_back({t, labels[p], d.median, engines[p]->info().decode_bytes_per_token});
     }
     all.push_back(std::move(series));
   }
 
   if (np > 1) {
-    std::printf("\nratios to %s (median of the per-repeat ratios; > 1 = faster than %s)\n", f.mla_paths[0].c_str(),
-                f.mla_paths[0].c_str());
-    std::printf("%-8s %-20s %14s %14s\n", "threads", "paths", "prefill", "decode");
+    std::printf("\nratios to %s (median of the per-repeat ratios; > 1 = faster than %s)\n", labels[0].c_str(),
+                labels[0].c_str());
+    std::printf("%-8s %-26s %14s %14s\n", "threads", "variants", "prefill", "decode");
     for (size_t ti = 0; ti < f.threads.size(); ++ti) {
       for (size_t p = 1; p < np; ++p) {
-        const std::string label = f.mla_paths[p] + "/" + f.mla_paths[0];
-        std::printf("%-8d %-20s %14.3f %14.3f\n", f.threads[ti], label.c_str(),
+        const std::string label = labels[p] + "/" + labels[0];
+        std::printf("%-8d %-26s %14.3f %14.3f\n", f.threads[ti], label.c_str(),
                     paired_ratio(all[ti][p].prefill, all[ti][0].prefill),
                     paired_ratio(all[ti][p].decode, all[ti][0].decode));
       }
@@ -190,10 +238,10 @@ int run_bench(const BenchFlags& f) {
     std::fprintf(stderr, "wrote trace %s\n", f.trace.c_str());
   }
   std::fprintf(stderr, "measuring memory read bandwidth...\n");
-  std::printf("\ndecode bandwidth bound: %.1f MB of weights read per decode token\n",
-              info.decode_bytes_per_token / 1e6);
-  if (mla) {
-    std::printf("%-8s %-9s %14s %16s %14s %10s\n", "threads", "mla path", "read GB/s", "bound tok/s", "decode tok/s",
+  std::printf("\ndecode bandwidth bound: %.1f MB of weights read per decode token%s\n",
+              info.decode_bytes_per_token / 1e6, f.weights.size() > 1 ? " (native; each variant's own below)" : "");
+  if (labelled) {
+    std::printf("%-8s %-26s %14s %16s %14s %10s\n", "threads", column, "read GB/s", "bound tok/s", "decode tok/s",
                 "ratio");
   } else {
     std::printf("%-8s %14s %16s %14s %10s\n", "threads", "read GB/s", "bound tok/s", "decode tok/s", "ratio");
@@ -205,9 +253,9 @@ int run_bench(const BenchFlags& f) {
       bw = measure_read_bandwidth(f.bw_buffer_mb << 20, row.threads, 5);
       probed_threads = row.threads;
     }
-    const double bound = bw / static_cast<double>(info.decode_bytes_per_token);
-    if (mla) {
-      std::printf("%-8d %-9s %14.1f %16.1f %14.1f %9.0f%%\n", row.threads, row.path.c_str(), bw / 1e9, bound,
+    const double bound = bw / static_cast<double>(row.bytes_per_token);
+    if (labelled) {
+      std::printf("%-8d %-26s %14.1f %16.1f %14.1f %9.0f%%\n", row.threads, row.path.c_str(), bw / 1e9, bound,
                   row.median, 100.0 * row.median / bound);
     } else {
       std::printf("%-8d %14.1f %16.1f %14.1f %9.0f%%\n", row.threads, bw / 1e9, bound, row.median,
@@ -236,6 +284,14 @@ RunFn add_bench_generate_command(CLI::App& app) {
   app.add_option("--mla-attention", f->mla_paths,
                  "Multi-head latent attention models: the paths to measure, from auto, naive, absorbed (e.g. "
                  "naive,absorbed: interleaved per repeat, with their ratios); other models: auto only")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--kernels", f->kernels,
+                 "Kernel paths to measure, from auto, avx2, avx512, avx512-bf16 (e.g. avx2,avx512-bf16: one engine "
+                 "each, interleaved per repeat, with their ratios)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--weights", f->weights, "Weight formats to measure, from native, int8 (a list, as --kernels)")
       ->delimiter(',')
       ->capture_default_str();
   app.add_flag("--batch-invariant", f->batch_invariant,

@@ -148,6 +148,21 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "counted in the file)")
       ->capture_default_str();
   // --- end per-step traces ---
+  // Hardening (issue 17): the NaN/Inf scan of the weights at load.
+  app.add_flag("--skip-weight-check", f->skip_weight_check,
+               "Do not scan the loaded weights for NaN/Inf at start-up (a corrupt checkpoint is then served)");
+  // Kernels and weight formats (issue 18 part A, h-kernels): src/moe/ops/kernel_isa.h,
+  // src/moe/model/int8_quant.h. Checked by Engine::open (a path the CPU lacks is refused).
+  app.add_option("--kernels", f->options.kernels,
+                 "Linear kernels' instruction set: auto (the best this CPU has), avx2, avx512 or avx512-bf16 "
+                 "(vdpbf16ps for bf16 weights)")
+      ->check(CLI::IsMember({"auto", "avx2", "avx512", "avx512-bf16"}))
+      ->capture_default_str();
+  app.add_option("--weights", f->options.weights,
+                 "Weight format in memory: native (as stored) or int8 (projections quantised at load, a scale per 32 "
+                 "weights like q8_0: about half the bytes per decode token of bf16)")
+      ->check(CLI::IsMember({"native", "int8"}))
+      ->capture_default_str();
 }
 
 std::string check_engine_flags(const EngineFlags& f) {
@@ -296,6 +311,7 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   options.a2a_hierarchical = f.a2a_mode == "auto" ? -1 : (f.a2a_mode == "hierarchical" ? 1 : 0);
   options.fused_moe = f.fused_moe == "on";
   options.dp_attention = f.dp_attention == "on";  // DP-attention
+  options.check_weights_finite = !f.skip_weight_check;
   // Given alone, a capacity factor means --overflow-policy drop (resolved by the engine).
   if (f.capacity_given()) options.capacity_factor = f.capacity_factor;
   if (f.given(f.adaptive_k_target_option)) options.adaptive_k_target = f.adaptive_k_target;  // adaptive top-k

@@ -25,6 +25,7 @@ struct EngineFlags {
   std::string fp8 = "dequant";     // dequant | native -> options.fp8_mode
   std::string fused_moe = "on";    // on | off -> options.fused_moe
   std::string dp_attention = "off";  // DP-attention: on | off -> options.dp_attention
+  bool skip_weight_check = false;  // --skip-weight-check -> !options.check_weights_finite
   const CLI::Option* ep_option = nullptr;  // --ep (not given with --tp K: EP size = ranks / K)
   const CLI::Option* capacity_option = nullptr;  // set by add_engine_flags
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)

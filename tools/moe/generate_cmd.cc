@@ -38,7 +38,8 @@ struct GenerateFlags {
   const CLI::Option* prompt_option = nullptr;  // --prompt (required unless --prompts-file)
 };
 
-int generate_on_rank0(const GenerateFlags& f, Engine& engine, int num_ranks, bool expert_parallel);
+int generate_on_rank0(const GenerateFlags& f, Engine& engine, int num_ranks, bool expert_parallel,
+                      std::vector<std::string> batch_prompts);
 
 int run_generate(const GenerateFlags& f) {
   std::vector<std::string> batch_prompts;
@@ -95,13 +96,14 @@ int run_generate(const GenerateFlags& f) {
       Engine* e;
       ~StopWorkers() { (void)e->stop_workers(); }
     } stop_workers{engine.get()};
-    rc = generate_on_rank0(f, *engine, num_ranks, opened.value().comm != nullptr);
+    rc = generate_on_rank0(f, *engine, num_ranks, opened.value().comm != nullptr, std::move(batch_prompts));
   }
   const int trace_rc = write_trace_or_fail(*engine, rank, f.engine.options.trace_path);
   return rc != 0 ? rc : trace_rc;
 }
 
-int generate_on_rank0(const GenerateFlags& f, Engine& engine_ref, int num_ranks, bool expert_parallel) {
+int generate_on_rank0(const GenerateFlags& f, Engine& engine_ref, int num_ranks, bool expert_parallel,
+                      std::vector<std::string> batch_prompts) {
   Engine* engine = &engine_ref;
   const int rank = 0;
   if (f.max_tokens > engine->info().max_context) {

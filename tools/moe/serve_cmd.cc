@@ -66,6 +66,13 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (!(f.shutdown_grace >= 0 && std::isfinite(f.shutdown_grace))) {
     return "--shutdown-grace must be a finite number of seconds >= 0 (got " + std::to_string(f.shutdown_grace) + ")";
   }
+  // Slow clients (issue 17).
+  if (!(f.header_timeout > 0 && std::isfinite(f.header_timeout))) {
+    return "--header-timeout must be a finite number of seconds > 0 (got " + format_g(f.header_timeout) + ")";
+  }
+  if (f.max_connections_per_client < 0) {
+    return "--max-connections-per-client must be >= 0 (got " + std::to_string(f.max_connections_per_client) + ")";
+  }
   if (auto cors = serve::CorsPolicy::create(cors_options(f)); !cors.ok()) return cors.status().message();
   if (check_engine) {
     if (std::string bad = check_engine_flags(f.engine); !bad.empty()) return bad;
@@ -93,6 +100,8 @@ serve::ServerOptions server_options(const ServeFlags& f, const serve::ChatTempla
   o.rate_limits.tokens_per_minute = f.rate_limit_tpm;
   o.chat_template = chat_template;
   o.cors = cors_options(f);
+  o.header_timeout_seconds = f.header_timeout;
+  o.max_connections_per_client = static_cast<size_t>(f.max_connections_per_client);
   return o;
 }
 
@@ -208,6 +217,13 @@ RunFn add_serve_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--rate-limit-tpm", f->rate_limit_tpm,
                  "Tokens (prompt + max_tokens) per minute per API key; 0 = off")
+      ->capture_default_str();
+  // Slow clients (issue 17): connection_gate.h.
+  app.add_option("--header-timeout", f->header_timeout,
+                 "Seconds a request's whole head (request line and headers) may take to arrive; slower: closed")
+      ->capture_default_str();
+  app.add_option("--max-connections-per-client", f->max_connections_per_client,
+                 "Connections one client address may hold at once (more: 429 and closed); 0 = no cap")
       ->capture_default_str();
   app.add_option("--chat-template", f->chat_template,
                  "chatml, mistral, plain, or a template file (Jinja, e.g. *.jinja, or the JSON turn format); "

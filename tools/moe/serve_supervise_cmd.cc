@@ -36,6 +36,7 @@ const std::set<std::string> kFrontEndFlags = {
     "supervise",      "mpirun",         "mpirun-arg",       "recovery-timeout",
     "max-restarts",   "startup-timeout", "worker-endpoint", "supervisor-pid",    "help",
     "allowed-origins", "allowed-methods", "allowed-headers", "allowed-credentials",
+    "header-timeout", "max-connections-per-client",
     "config"};  // --config: its values reach the workers as the flags they set
 
 std::string self_exe() {

@@ -3,12 +3,14 @@
 #include "moe/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <omp.h>
 #include <sys/stat.h>
 
 #include <set>
+#include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +24,9 @@
 #include "moe/engine/peer_expert_recovery.h"
 #include "moe/model/config.h"
 #include "moe/model/fingerprint.h"
+#include "moe/model/weight_checks.h"
 #include "moe/model/fp8_dequant.h"
+#include "moe/model/int8_quant.h"
 #include "moe/model/hf_checkpoint.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
@@ -188,7 +192,8 @@ FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* 
   in.slots_per_rank = std::max(slots, 1);
   in.wait_seconds = options.failover_wait_seconds;
   const bool dequant = options.fp8_mode == Fp8Mode::kDequant;
-  in.load_expert = [impl, dequant](int layer, int expert, std::vector<LayerWeights>* layers,
+  const bool int8 = impl->kernel_choice.int8_weights;
+  in.load_expert = [impl, dequant, int8](int layer, int expert, std::vector<LayerWeights>* layers,
                                    ExpertStore* store) -> Status {
     ExpertWeights& w = (*layers)[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)];
     if (impl->store != nullptr) {
@@ -200,6 +205,7 @@ FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* 
     if (dequant && (w.w1.has_scale() || w.w2.has_scale() || w.w3.has_scale())) {
       dequantize_expert_to_bf16(&w, &(*store)[{layer, expert}]);  // as the experts loaded at start-up
     }
+    if (int8) quantize_expert_to_int8(&w, &(*store)[{layer, expert}]);  // --weights int8, as at start-up
     return ok_status();
   };
   return in;
@@ -230,6 +236,11 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   if (options.mla_attention != "auto" && options.mla_attention != "naive" && options.mla_attention != "absorbed") {
     return invalid_argument("mla_attention '" + options.mla_attention + "' is not one of auto, naive, absorbed");
   }
+  if (options.fp8_mode == Fp8Mode::kNative && !impl->config.fp8.enabled) {
+    // Accepted and ignored before (issue 17): there are no FP8 weights to keep.
+    return invalid_argument("fp8_mode native (--fp8 native) applies to FP8 checkpoints; " + dir +
+                            "/config.json has no quantization_config with quant_method 'fp8'");
+  }
   if (options.mla_attention != "auto" && !impl->config.mla.enabled()) {
     return invalid_argument("mla_attention '" + options.mla_attention +
                             "' applies to multi-head latent attention models (DeepSeek-V2/V3, Kimi-K2); " + dir +
@@ -257,6 +268,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     return invalid_argument("--ep-overlap is not available with --a2a-mode hierarchical (its two-level exchanges are "
                             "blocking): use --a2a-mode flat or auto with --ep-overlap, or drop --ep-overlap");
   }
+  MOE_ASSIGN_OR_RETURN(impl->kernel_choice, choose_kernels(options));
   if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
     return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
   }
@@ -409,9 +421,24 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   MOE_RETURN_IF_ERROR(open_parallel_groups(options, impl.get()));
   Status local = open_local(options, impl.get());
   if (local.ok()) local = check_trace_options(options, impl->comm == nullptr ? 0 : impl->comm->rank());
+  // Start-up only, mostly page-ins of the mapped files: every hardware thread.
+  const int check_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (local.ok() && options.check_weights_finite) {
+    const auto t0 = std::chrono::steady_clock::now();
+    local = check_weights_finite(*impl->source, check_threads);
+    MOE_LOG_INFO("weight check: no NaN/Inf in the loaded weights ({:.3f} s)",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (impl->comm != nullptr) {
     const uint64_t fp = local.ok() ? model_fingerprint(*impl->source, impl->weights) : 0;
     MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
+    // Every rank loaded; now the experts' bytes (each rank holds different ones, so each
+    // hashes every expert, or takes the store manifest's hashes).
+    const auto t0 = std::chrono::steady_clock::now();
+    auto digests = expert_digests(*impl->source, impl->config, check_threads);
+    MOE_LOG_INFO("expert digests: {} experts in {:.3f} s", digests.ok() ? digests->size() : 0,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    MOE_RETURN_IF_ERROR(EpSession::agree_on_experts(*impl->comm, digests, impl->config.router.num_experts));
   }
   if (impl->comm != nullptr && !impl->tensor_parallel()) {
     // Collective on every rank (HF ones too: they can serve copies).
@@ -442,10 +469,18 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                                                  [p](int l, int e) { return &p->expert_store[{l, e}]; });
     MOE_LOG_INFO("fp8 dequant: {} FP8 matrices dequantised to bf16 at load", n);
   }
+  if (impl->kernel_choice.int8_weights) {
+    Impl* p = impl.get();
+    ModelWeights* w = impl->tensor_parallel() ? &impl->tp_weights : &impl->weights;
+    const int64_t n = quantize_weights_to_int8(w, &impl->int8_quantized,
+                                               [p](int l, int e) { return &p->expert_store[{l, e}]; });
+    MOE_LOG_INFO("weights int8: {} matrices quantised at load (blocks of 32, f32 scales)", n);
+  }
+  MOE_LOG_INFO("{}", describe_kernels(impl->kernel_choice));
   const std::string& dir = options.model_dir;
   DecoderOptions decoder_options;
   decoder_options.ep = impl->ep_comm ? &impl->ep : nullptr;
-  decoder_options.kernel = KernelOptions{options.batch_invariant};
+  decoder_options.kernel = KernelOptions{options.batch_invariant, impl->kernel_choice.isa};
   if (impl->tensor_parallel()) {
     const ParallelGroups& g = impl->groups;
     decoder_options.tp.comm = g.tp;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,14 @@ struct TensorInfo {
   std::string dtype_name;  // as stored, e.g. "BF16"
   std::vector<int64_t> shape;
   size_t nbytes = 0;
+};
+
+// XXH3-128 of an expert's raw bytes (its tensors sorted by name, concatenated; see
+// weight_checks.h), as XXH128's two halves.
+struct ExpertDigest {
+  uint64_t high = 0;
+  uint64_t low = 0;
+  bool operator==(const ExpertDigest&) const = default;
 };
 
 class ModelSource {
@@ -44,6 +53,14 @@ class ModelSource {
 
   // Bytes of all tensor data of the model (not only what this process loaded).
   virtual size_t total_bytes() const = 0;
+
+  // Expert (layer, expert)'s digest when the source records one without reading the
+  // bytes (a store's manifest); nullopt otherwise (then it is hashed from the bytes).
+  virtual std::optional<ExpertDigest> recorded_expert_digest(int layer, int expert) const {
+    (void)layer;
+    (void)expert;
+    return std::nullopt;
+  }
 };
 
 }  // namespace moe

@@ -1,7 +1,9 @@
 // How kernels compute, passed to every op that has more than one way (linear,
-// causal_attention); the decoder owns one (from EngineOptions::batch_invariant) and
-// hands it down. A plain value: no process-wide state.
+// causal_attention); the decoder owns one (from EngineOptions::batch_invariant and
+// EngineOptions::kernels) and hands it down. A plain value: no process-wide state.
 #pragma once
+
+#include "moe/ops/kernel_isa.h"
 
 namespace moe {
 
@@ -13,6 +15,9 @@ struct KernelOptions {
   // row) for any token count instead of sgemm, and causal_attention() takes one query
   // at a time. Off by default (sgemm prefill is faster).
   bool batch_invariant = false;
+  // The instruction set of the linear kernels (ops/kernel_isa.h); kAuto = the best this
+  // CPU has. Must be supported by the CPU (the engine refuses others by name).
+  KernelIsa isa = KernelIsa::kAuto;
 };
 
 }  // namespace moe

@@ -10,6 +10,7 @@
 #include "moe/core/check.h"
 #include "moe/ops/blas_threads.h"
 #include "moe/ops/linear_fp8_cpu.h"
+#include "moe/ops/linear_kernels.h"
 
 namespace moe {
 namespace {
@@ -125,6 +126,7 @@ void gemv_range(const float* x, int64_t m, const Weight2D& w, float* y, int64_t 
     case DType::kBF16: gemv_dispatch_m<DType::kBF16>(x, m, w, y, r0, r1); break;
     case DType::kF16: gemv_dispatch_m<DType::kF16>(x, m, w, y, r0, r1); break;
     case DType::kF8E4M3: gemv_fp8_range(LinearJob{x, m, &w, y}, r0, r1); break;
+    case DType::kI8: MOE_CHECK(false && "int8 weights take the prepared-activation kernels"); break;
   }
 }
 
@@ -156,6 +158,7 @@ void gemv_invariant_range(const float* x, int64_t m, const Weight2D& w, float* y
         gemv_fp8_range(LinearJob{x + t0 * w.cols, std::min<int64_t>(4, m - t0), &w, y + t0 * w.rows}, r0, r1);
       }
       break;
+    case DType::kI8: MOE_CHECK(false && "int8 weights take the prepared-activation kernels"); break;
   }
 }
 
@@ -172,9 +175,17 @@ constexpr int64_t kGemmBlockBytes = 1 << 20;
 struct Mode {
   bool invariant;
   bool force_gemm;
+  KernelIsa isa;  // resolved (never kAuto)
 };
 
 bool use_gemv(int64_t m, Mode mode) { return !mode.force_gemm && (m <= kGemvMaxTokens || mode.invariant); }
+
+// GEMV jobs whose kernel reads a prepared activation: int8 weights (q8 x), and bf16
+// weights on AVX512_BF16 (x split in two bf16 parts). Prefill (sgemm) needs none.
+bool needs_prepared_x(const LinearJob& job, Mode mode) {
+  if (!use_gemv(job.m, mode)) return false;
+  return job.w->dtype == DType::kI8 || (mode.isa == KernelIsa::kAvx512Bf16 && job.w->dtype == DType::kBF16);
+}
 
 int64_t block_rows(const LinearJob& job, Mode mode) {
   if (use_gemv(job.m, mode)) return kGemvBlockRows;
@@ -183,10 +194,21 @@ int64_t block_rows(const LinearJob& job, Mode mode) {
 }
 
 // One work item: rows [r0, r1) of one job.
-void run_item(const LinearJob& job, int64_t r0, int64_t r1, Mode mode, std::vector<float>* scratch) {
+void run_item(const GemvCall& call, int64_t r0, int64_t r1, Mode mode, std::vector<float>* scratch) {
+  const LinearJob& job = call.job;
   const Weight2D& w = *job.w;
   if (use_gemv(job.m, mode)) {
-    if (mode.invariant) {
+    if (w.dtype == DType::kI8) {  // the int8 kernels are batch invariant (tokens in groups of 4)
+      if (mode.isa != KernelIsa::kAvx2 && cpu_has_avx512_vnni()) {
+        avx512::gemv_int8_range(call, r0, r1);
+      } else {
+        gemv_int8_avx2_range(call, r0, r1);
+      }
+    } else if (mode.isa == KernelIsa::kAvx512Bf16 && w.dtype == DType::kBF16) {
+      avx512::gemv_bf16_dp_range(call, r0, r1);  // batch invariant too
+    } else if (mode.isa != KernelIsa::kAvx2 && w.dtype != DType::kF8E4M3) {
+      avx512::gemv_range(call, r0, r1);  // always batch invariant (tokens in groups of 4)
+    } else if (mode.invariant) {
       gemv_invariant_range(job.x, job.m, w, job.y, r0, r1);
     } else {
       gemv_range(job.x, job.m, w, job.y, r0, r1);
@@ -199,12 +221,60 @@ void run_item(const LinearJob& job, int64_t r0, int64_t r1, Mode mode, std::vect
     wf = reinterpret_cast<const float*>(w.row(r0));
   } else {
     if (scratch->size() < static_cast<size_t>(rows * k)) scratch->resize(static_cast<size_t>(rows * k));
-    dequantize_rows_f32(w, r0, r1, scratch->data());  // bf16/f16 converted, fp8 times its scales
+    dequantize_rows_f32(w, r0, r1, scratch->data());  // bf16/f16 converted, fp8/int8 times its scales
     wf = scratch->data();
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(job.m), static_cast<int>(rows),
               static_cast<int>(k), 1.0f, job.x, static_cast<int>(k), wf, static_cast<int>(k), 0.0f, job.y + r0,
               static_cast<int>(w.rows));
+}
+
+// The jobs with their activations prepared for the GEMV kernels that need it (bf16 split or q8),
+// in buffers reused per calling thread.
+const GemvCall* prepare_calls(const LinearJob* jobs, size_t num_jobs, Mode mode) {
+  static thread_local std::vector<GemvCall> calls;
+  static thread_local std::vector<uint16_t> bf16;
+  static thread_local std::vector<int8_t> q8;
+  static thread_local std::vector<float> q8d;
+  size_t n_bf16 = 0, n_q8 = 0;
+  for (size_t j = 0; j < num_jobs; ++j) {
+    const LinearJob& job = jobs[j];
+    if (job.m <= 0 || !needs_prepared_x(job, mode)) continue;
+    const size_t n = static_cast<size_t>(job.m * job.w->cols);
+    if (job.w->dtype == DType::kI8) {
+      n_q8 += n;
+    } else {
+      n_bf16 += 2 * n;
+    }
+  }
+  if (bf16.size() < n_bf16) bf16.resize(n_bf16);
+  if (q8.size() < n_q8) {
+    q8.resize(n_q8);
+    q8d.resize(n_q8 / kQ8Block + 1);
+  }
+  calls.assign(num_jobs, GemvCall{});
+  size_t at_bf16 = 0, at_q8 = 0;
+  for (size_t j = 0; j < num_jobs; ++j) {
+    const LinearJob& job = jobs[j];
+    GemvCall& c = calls[j];
+    c.job = job;
+    if (job.m <= 0 || !needs_prepared_x(job, mode)) continue;
+    const int64_t k = job.w->cols;
+    const size_t n = static_cast<size_t>(job.m * k);
+    if (job.w->dtype == DType::kI8) {
+      MOE_CHECK(k % kQ8Block == 0 && job.w->block_cols == kQ8Block);
+      c.x_q = q8.data() + at_q8;
+      c.x_d = q8d.data() + at_q8 / kQ8Block;
+      quantize_q8_rows(job.x, job.m, k, q8.data() + at_q8, q8d.data() + at_q8 / kQ8Block);
+      at_q8 += n;
+    } else {
+      c.x_hi = bf16.data() + at_bf16;
+      c.x_lo = bf16.data() + at_bf16 + n;
+      split_bf16(job.x, static_cast<int64_t>(n), bf16.data() + at_bf16, bf16.data() + at_bf16 + n);
+      at_bf16 += 2 * n;
+    }
+  }
+  return calls.data();
 }
 
 void linear_many_impl(const LinearJob* jobs, size_t num_jobs, Mode mode) {
@@ -220,7 +290,6 @@ void linear_many_impl(const LinearJob* jobs, size_t num_jobs, Mode mode) {
   for (size_t j = 0; j < num_jobs; ++j) {
     const LinearJob& job = jobs[j];
     if (job.m <= 0) continue;
-    MOE_CHECK(!use_gemv(job.m, mode) || job.m <= kGemvMaxTokens || mode.invariant);
     total_bytes += job.w->bytes();
     max_m = std::max(max_m, job.m);
     const int64_t block = block_rows(job, mode);
@@ -228,13 +297,14 @@ void linear_many_impl(const LinearJob* jobs, size_t num_jobs, Mode mode) {
       items.push_back({static_cast<uint32_t>(j), r0, std::min(job.w->rows, r0 + block)});
     }
   }
+  const GemvCall* calls = prepare_calls(jobs, num_jobs, mode);
   const int64_t n_items = static_cast<int64_t>(items.size());
   const bool parallel = n_items > 1 && omp_get_max_threads() > 1 &&
                         (total_bytes >= kParallelMinBytes || max_m * static_cast<int64_t>(total_bytes) >= (64 << 20));
   if (!parallel) {
     ScopedSerialBlas serial_blas;
     static thread_local std::vector<float> scratch;
-    for (const Item& it : items) run_item(jobs[it.job], it.r0, it.r1, mode, &scratch);
+    for (const Item& it : items) run_item(calls[it.job], it.r0, it.r1, mode, &scratch);
     return;
   }
   const Item* item_ptr = items.data();
@@ -244,7 +314,7 @@ void linear_many_impl(const LinearJob* jobs, size_t num_jobs, Mode mode) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n_items; ++i) {
       const Item& it = item_ptr[i];
-      run_item(jobs[it.job], it.r0, it.r1, mode, &scratch);
+      run_item(calls[it.job], it.r0, it.r1, mode, &scratch);
     }
   }
 }
@@ -252,6 +322,7 @@ void linear_many_impl(const LinearJob* jobs, size_t num_jobs, Mode mode) {
 }  // namespace
 
 float dot_row(const float* x, const Weight2D& w, int64_t r) {
+  MOE_CHECK(w.dtype != DType::kI8 && "dot_row: int8 weights need a prepared activation (use linear)");
   float y = 0;
   const Weight2D one = row_block(w, r, 1);  // an FP8 row keeps its block row of scales
   gemv_range(x, 1, one, &y, 0, 1);
@@ -259,23 +330,23 @@ float dot_row(const float* x, const Weight2D& w, int64_t r) {
 }
 
 void linear_many(const LinearJob* jobs, size_t num_jobs, const KernelOptions& options) {
-  linear_many_impl(jobs, num_jobs, Mode{options.batch_invariant, false});
+  linear_many_impl(jobs, num_jobs, Mode{options.batch_invariant, false, resolve_kernel_isa(options.isa)});
 }
 
 void linear(const float* x, int64_t m, const Weight2D& w, float* y, const KernelOptions& options) {
   const LinearJob job{x, m, &w, y};
-  linear_many_impl(&job, 1, Mode{options.batch_invariant, false});
+  linear_many_impl(&job, 1, Mode{options.batch_invariant, false, resolve_kernel_isa(options.isa)});
 }
 
-void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y) {
+void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y, const KernelOptions& options) {
   MOE_CHECK(m >= 1 && m <= kGemvMaxTokens);
   const LinearJob job{x, m, &w, y};
-  linear_many_impl(&job, 1, Mode{false, false});
+  linear_many_impl(&job, 1, Mode{false, false, resolve_kernel_isa(options.isa)});
 }
 
 void linear_gemm(const float* x, int64_t m, const Weight2D& w, float* y) {
   const LinearJob job{x, m, &w, y};
-  linear_many_impl(&job, 1, Mode{false, true});
+  linear_many_impl(&job, 1, Mode{false, true, KernelIsa::kAvx2});
 }
 
 }  // namespace moe

@@ -3,9 +3,15 @@
 //
 //   x: [m, k] f32 row-major (m tokens), W: [n, k] (Weight2D, stored dtype), y: [m, n] f32.
 //
-// Small m (decode, m <= kGemvMaxTokens) runs our AVX2 GEMV kernel, which reads each
-// weight row once for all m tokens and converts bf16/f16 in registers: decode is bound
-// by weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
+// Small m (decode, m <= kGemvMaxTokens) runs our GEMV kernel, which reads each weight
+// row once for all m tokens and converts bf16/f16 in registers: decode is bound by
+// weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
+// The kernel's instruction set is KernelOptions::isa (ops/kernel_isa.h: AVX2, AVX-512F,
+// AVX512_BF16), chosen at run time; linear_kernels.h has the AVX-512 and int8 kernels.
+// bf16 weights on AVX512_BF16 use vdpbf16ps (no conversion of the weights), int8 ones
+// (kI8 with [1, 32] block scales, "--weights int8") quantise x to q8 per 32-block and
+// use VNNI or AVX2 maddubs. Prefill stays on sgemm for every dtype: a GEMM built from
+// the vdpbf16ps GEMV in token tiles measured 0.35x of sgemm on Zen 4 (performance.md).
 // Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
 // OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32. FP8 weights
 // (with block scales) take linear_fp8_cpu.h's GEMV, and the same sgemm path on row
@@ -40,10 +46,12 @@ void linear_many(const LinearJob* jobs, size_t num_jobs, const KernelOptions& op
 
 // Explicit paths (exposed for tests and benchmarks): GEMV (m <= kGemvMaxTokens) and
 // sgemm, whatever m is.
-void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y);
+// linear_gemv takes options.isa (its batch_invariant is ignored: m <= 4 anyway);
+// linear_gemm is OpenBLAS sgemm on dequantised row blocks, whatever the weights are.
+void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y, const KernelOptions& options = {});
 void linear_gemm(const float* x, int64_t m, const Weight2D& w, float* y);
 
-// Dot product of f32 x[k] with row r of W, single-threaded (used by small kernels).
+// Dot product of f32 x[k] with row r of W, single-threaded, AVX2 (not for int8 weights).
 float dot_row(const float* x, const Weight2D& w, int64_t r);
 
 }  // namespace moe

@@ -1,5 +1,6 @@
 #include "moe/runtime/ep_session.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,44 @@ Status EpSession::agree_on_startup(Communicator& comm, const Status& local, uint
                                  "fingerprint " + std::to_string(static_cast<uint64_t>(all[static_cast<size_t>(2 * r + 1)])) +
                                  " vs " + std::to_string(static_cast<uint64_t>(all[1])) +
                                  "): start every rank with the same model files");
+    }
+  }
+  return ok_status();
+}
+
+Status EpSession::agree_on_experts(Communicator& comm, const StatusOr<std::vector<ExpertDigest>>& local,
+                                   int num_experts) {
+  const int n = comm.size();
+  // The count first (it follows from config.json, which the fingerprint already compared).
+  const int64_t mine = local.ok() ? static_cast<int64_t>(local.value().size()) : -1;
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  MOE_RETURN_IF_ERROR(comm.allgather(&mine, sizeof(mine), counts.data()).with_context("start-up expert check"));
+  if (!local.ok()) return local.status();
+  std::string failed;
+  for (int r = 0; r < n; ++r) {
+    if (counts[static_cast<size_t>(r)] < 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!failed.empty()) return failed_precondition("rank(s) " + failed + " could not read their expert weights");
+  const std::vector<ExpertDigest>& d = local.value();
+  for (int r = 0; r < n; ++r) {
+    if (counts[static_cast<size_t>(r)] != mine) {
+      return failed_precondition("rank " + std::to_string(r) + " has " + std::to_string(counts[static_cast<size_t>(r)]) +
+                                 " experts, this rank " + std::to_string(mine));
+    }
+  }
+  std::vector<ExpertDigest> all(d.size() * static_cast<size_t>(n));
+  if (!d.empty()) {
+    MOE_RETURN_IF_ERROR(
+        comm.allgather(d.data(), d.size() * sizeof(ExpertDigest), all.data()).with_context("start-up expert check"));
+  }
+  const int experts = std::max(1, num_experts);
+  for (int r = 1; r < n; ++r) {
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (all[static_cast<size_t>(r) * d.size() + i] == all[i]) continue;
+      return failed_precondition("rank " + std::to_string(r) + " loaded different weights for layer " +
+                                 std::to_string(i / static_cast<size_t>(experts)) + ", expert " +
+                                 std::to_string(i % static_cast<size_t>(experts)) + " than rank 0 (XXH3-128 of " +
+                                 "the expert's tensors differs): start every rank with the same model files");
     }
   }
   return ok_status();

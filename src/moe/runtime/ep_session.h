@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "moe/comm/communicator.h"
+#include "moe/model/model_source.h"
 #include "moe/core/clock.h"
 #include "moe/status.h"
 
@@ -104,6 +105,13 @@ class EpSession {
   // failed; FailedPrecondition naming the rank(s) that failed to load, or the first
   // rank whose fingerprint differs from rank 0's; a communication error as is.
   static Status agree_on_startup(Communicator& comm, const Status& local, uint64_t fingerprint);
+  // Then, collective over comm: every rank's digest of every expert (model/weight_checks.h
+  // expert_digests; the same count on every rank, index layer * num_experts + expert)
+  // against rank 0's, so that one rank started with different or swapped expert weights
+  // is refused (issue 17). FailedPrecondition naming the first rank, layer and expert that
+  // differ; `local` if it failed (digests not computed; the others name this rank).
+  static Status agree_on_experts(Communicator& comm, const StatusOr<std::vector<ExpertDigest>>& local,
+                                 int num_experts);
 
   // True for a communication failure (Unavailable, DeadlineExceeded): the group is
   // unusable. Other errors of a rebalance leave the old placement in force everywhere.

@@ -55,7 +55,7 @@ Status read_header(const int64_t* header, const ModelConfig& config, Weight2D ou
   const int64_t hidden = config.hidden_size, inter = config.moe_intermediate_size;
   const int64_t shapes[3][2] = {{inter, hidden}, {hidden, inter}, {inter, hidden}};
   const char* names[3] = {"w1", "w2", "w3"};
-  auto is_dtype = [](int64_t d) { return d >= 0 && d <= static_cast<int64_t>(DType::kF8E4M3); };
+  auto is_dtype = [](int64_t d) { return d >= 0 && d <= static_cast<int64_t>(DType::kI8); };
   for (int i = 0; i < 3; ++i) {
     const int64_t* h = header + i * kHeaderPerMatrix;
     const std::string m = std::string(names[i]) + ": ";
@@ -65,6 +65,16 @@ Status read_header(const int64_t* header, const ModelConfig& config, Weight2D ou
     w.dtype = static_cast<DType>(h[0]);
     w.rows = shapes[i][0];
     w.cols = shapes[i][1];
+    if (w.dtype == DType::kI8) {  // "--weights int8" (model/int8_quant.h): [1, 32] blocks, f32 scales
+      if (h[1] != static_cast<int64_t>(DType::kF32) || h[2] != 1 || h[3] != 32 || w.cols % 32 != 0) {
+        return data_loss(m + "I8 without [1, 32] f32 block scales");
+      }
+      w.scale_dtype = DType::kF32;
+      w.block_rows = 1;
+      w.block_cols = 32;
+      w.scale = &w;  // placeholder, as for FP8 below
+      continue;
+    }
     if (w.dtype != DType::kF8E4M3) {
       if (h[1] != -1) return data_loss(m + dtype_name(w.dtype) + " with block scales");
       continue;

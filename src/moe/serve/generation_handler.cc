@@ -6,6 +6,7 @@
 #include "moe/core/logging.h"
 #include "moe/serve/client_socket.h"
 #include "moe/serve/http_server_impl.h"
+#include "moe/serve/request_guard.h"
 
 namespace moe::serve {
 namespace {
@@ -22,38 +23,77 @@ std::string prompt_text(const GenerationService& service, const SeqRequest& seq)
 
 }  // namespace
 
+// The rate-limit key: per API key; without keys configured, per client address (a
+// made-up bearer token must not buy a fresh bucket).
+std::string HttpServer::Impl::limiter_key(const httplib::Request& req) const {
+  return options.api_keys.empty() ? "addr:" + req.remote_addr : "key:" + bearer_token(req);
+}
+
+// 429 with Retry-After when `key` may not spend `cost` tokens now (charged when it may).
+bool HttpServer::Impl::over_limit(const std::string& key, int64_t cost, httplib::Response& res) {
+  if (!limiter.enabled()) return false;
+  const auto d = limiter.try_acquire(key, cost);
+  if (d.allowed) return false;
+  const int64_t secs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(d.retry_after_seconds)));
+  res.set_header("Retry-After", std::to_string(secs));
+  send_error(res, make_error(429, "rate limit exceeded; retry after " + std::to_string(secs) + " s", "",
+                             "rate_limit_exceeded"));
+  return true;
+}
+
+// An invalid request (after authentication) counts against the client's request rate
+// (issue 17): 429 once the client is over it, else the request's own error.
+void HttpServer::Impl::reject(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
+  if (over_limit(limiter_key(req), 0, res)) return;
+  send_error(res, e);
+}
+
 void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   const Clock::time_point arrival = Clock::now();
   const bool chat = endpoint == Endpoint::kChatCompletions;
+  const std::string prompt_param = chat ? "messages" : "prompt";
   if (draining) return send_error(res, make_error(503, "the server is shutting down"));
   if (auto e = check_auth(req)) {
     res.set_header("WWW-Authenticate", "Bearer");
     return send_error(res, *e);
   }
   if (req.body.size() > options.max_body_bytes) {
-    return send_error(res, make_error(413, "the request body is larger than " + std::to_string(options.max_body_bytes) +
-                                               " bytes"));
+    return reject(req, res, make_error(413, "the request body is larger than " + std::to_string(options.max_body_bytes) +
+                                                " bytes"));
   }
   OpenAiRequest r;
-  if (auto e = parse_request(endpoint, req.body, limits, &r)) return send_error(res, *e);
+  if (auto e = parse_request(endpoint, req.body, limits, &r)) return reject(req, res, *e);
+  // A prompt longer in bytes than any prompt that fits the context is refused before it
+  // is tokenized (a 1 MB prompt took 1-2 s of CPU and 140 MB to tokenize; issue 17).
+  auto too_long = [&](const std::string& text) -> std::optional<ApiError> {
+    if (prompt_byte_limit == 0 || text.size() <= prompt_byte_limit) return std::nullopt;
+    return make_error(400, "this model's maximum context length is " + std::to_string(context) + " tokens, and the " +
+                               prompt_param + " has " + std::to_string(text.size()) + " bytes, more than any " +
+                               std::to_string(context) + "-token text (" + std::to_string(prompt_byte_limit) +
+                               " bytes)", prompt_param, "context_length_exceeded");
+  };
   if (chat) {
     auto prompt = options.chat_template.render(r.messages);
-    if (!prompt.ok()) return send_error(res, make_error(400, prompt.status().message(), "messages"));
+    if (!prompt.ok()) return reject(req, res, make_error(400, prompt.status().message(), "messages"));
     r.seq.prompt = std::move(prompt).value();
+    if (auto e = too_long(r.seq.prompt)) return reject(req, res, *e);
     if (options.chat_template.renders_special_tokens()) {
       // The rendered text already holds BOS and the role markers: no second BOS.
       auto ids = service.tokenize(r.seq.prompt, /*add_special_tokens=*/false);
       if (!ids.ok()) {
-        return send_error(res, make_error(ids.status().code() == StatusCode::kInvalidArgument ? 400 : 500,
-                                          "tokenizing the chat prompt: " + ids.status().message(), "messages"));
+        return reject(req, res, make_error(ids.status().code() == StatusCode::kInvalidArgument ? 400 : 500,
+                                           "tokenizing the chat prompt: " + ids.status().message(), "messages"));
       }
       if (ids.value().empty()) {
-        return send_error(res, make_error(400, "messages: the chat template rendered an empty prompt", "messages"));
+        return reject(req, res, make_error(400, "messages: the chat template rendered an empty prompt", "messages"));
       }
       r.seq.prompt_token_ids = std::move(ids).value();
     }
   }
   std::vector<SeqRequest> seqs = sequence_requests(r);
+  for (const SeqRequest& s : seqs) {
+    if (auto e = too_long(s.prompt)) return reject(req, res, *e);
+  }
   int64_t cost = 0;  // rate-limit tokens: every sequence's prompt and max_tokens
   for (SeqRequest& s : seqs) {
     const int prompt_tokens = s.prompt_token_ids.empty() ? service.count_tokens(s.prompt)
@@ -63,18 +103,7 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
     }
     cost += static_cast<int64_t>(prompt_tokens) + s.max_tokens;
   }
-  if (limiter.enabled()) {
-    // Per API key; without keys configured, per client address (a made-up bearer token
-    // must not buy a fresh bucket).
-    const std::string key = options.api_keys.empty() ? "addr:" + req.remote_addr : "key:" + bearer_token(req);
-    const auto d = limiter.try_acquire(key, cost);
-    if (!d.allowed) {
-      const int64_t secs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(d.retry_after_seconds)));
-      res.set_header("Retry-After", std::to_string(secs));
-      return send_error(res, make_error(429, "rate limit exceeded; retry after " + std::to_string(secs) + " s", "",
-                                        "rate_limit_exceeded"));
-    }
-  }
+  if (over_limit(limiter_key(req), cost, res)) return;
 
   ResponseShape shape;
   shape.choices = static_cast<int>(seqs.size());
@@ -99,7 +128,9 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
                              ? 400
                          : st.code() == StatusCode::kUnavailable ? 503
                                                                  : 500;
-      return send_error(res, make_error(status, st.message()));
+      // The field the engine's message is about (issue 17: param was null).
+      return send_error(res, make_error(status, st.message(), param_of_engine_error(st.message(), endpoint),
+                                        is_context_length_error(st.message()) ? "context_length_exceeded" : ""));
     }
     ids.push_back(submitted.value());
   }

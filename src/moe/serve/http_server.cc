@@ -2,6 +2,7 @@
 
 #include "moe/serve/http_server_impl.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -21,6 +22,7 @@
 #include "moe/serve/client_socket.h"
 #include "moe/serve/event_channel.h"
 #include "moe/serve/openai_protocol.h"
+#include "moe/serve/request_guard.h"
 #include "moe/serve/response_stream.h"
 #include "moe/serve/thread_pool.h"
 #include "moe/serve/tokenize_handler.h"
@@ -113,9 +115,20 @@ void HttpServer::Impl::handle_tokenizer(bool tokenize, const httplib::Request& r
 
 // CORS (cors.h): preflights answered before routing; CORS headers added to every
 // response just before it is written.
+//
+// Before routing, also: a request with a body method but neither Content-Length nor
+// chunked Transfer-Encoding has an empty body (RFC 9112 6.3); httplib would read
+// until the client closes (10 s of read timeout, then a 400; issue 17), so it is given
+// "Content-Length: 0".
 void HttpServer::Impl::install_cors() {
-  if (!cors.enabled()) return;
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const bool body_method = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                             req.method == "DELETE" || req.method == "PRI";
+    if (body_method && !req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) {
+      // `req` is httplib's own non-const Request, passed here as const.
+      const_cast<httplib::Request&>(req).headers.emplace("Content-Length", "0");
+    }
+    if (!cors.enabled()) return httplib::Server::HandlerResponse::Unhandled;
     auto p = cors.preflight(req.method, req.get_header_value("Origin"),
                             req.get_header_value("Access-Control-Request-Method"),
                             req.get_header_value("Access-Control-Request-Headers"));
@@ -125,6 +138,7 @@ void HttpServer::Impl::install_cors() {
     if (!p->error.empty()) send_error(res, make_error(p->status, p->error));
     return httplib::Server::HandlerResponse::Handled;
   });
+  if (!cors.enabled()) return;
   svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (res.has_header("Access-Control-Allow-Origin") || req.method == "OPTIONS") return;
     for (const auto& [k, v] : cors.response_headers(req.get_header_value("Origin"))) res.set_header(k, v);
@@ -220,7 +234,32 @@ void HttpServer::Impl::install_routes() {
   });
   svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics.count_http(endpoint_label(req.path), res.status);
+    if (req.body.size() >= kTrimBodyBytes) ask_trim();
   });
+}
+
+void HttpServer::Impl::ask_trim() {
+  {
+    std::lock_guard<std::mutex> lock(trim_mu);
+    trim_asked = Clock::now();
+    trim_pending = true;
+  }
+  trim_cv.notify_all();
+}
+
+void HttpServer::Impl::run_trimmer() {
+  std::unique_lock<std::mutex> lock(trim_mu);
+  while (!trim_stop) {
+    trim_cv.wait(lock, [&] { return trim_stop || trim_pending; });
+    if (trim_stop) break;
+    // Quiet for kTrimQuiet since the last large request ended: its body is freed by now.
+    if (trim_cv.wait_until(lock, trim_asked + kTrimQuiet, [&] { return trim_stop; })) break;
+    if (Clock::now() < trim_asked + kTrimQuiet) continue;
+    trim_pending = false;
+    lock.unlock();
+    ::malloc_trim(0);
+    lock.lock();
+  }
 }
 
 HttpServer::HttpServer(GenerationService& service, ServerOptions options)
@@ -237,11 +276,15 @@ Status HttpServer::start() {
     return invalid_argument("max_tokens_limit must be >= 0 (got " + std::to_string(m.options.max_tokens_limit) + ")");
   }
   if (m.options.max_body_bytes == 0) return invalid_argument("max_body_bytes must be > 0");
+  if (!(m.options.header_timeout_seconds > 0 && std::isfinite(m.options.header_timeout_seconds))) {
+    return invalid_argument("header_timeout_seconds must be a finite number > 0");
+  }
   if (m.options.max_n < 1) return invalid_argument("max_n must be >= 1 (got " + std::to_string(m.options.max_n) + ")");
   m.limits.served_model_name =
       m.options.served_model_name.empty() ? default_model_name(info.model_dir) : m.options.served_model_name;
   m.limits.max_tokens_limit = m.options.max_tokens_limit > 0 ? m.options.max_tokens_limit : std::max(1, m.context);
   m.limits.vocab_size = info.vocab_size;
+  m.prompt_byte_limit = prompt_byte_bound(m.context, longest_token_bytes(m.service, info.vocab_size));
   m.limits.max_n = m.options.max_n;
   m.metrics.set_model_name(m.limits.served_model_name, m.context);
 
@@ -252,8 +295,6 @@ Status HttpServer::start() {
   ::signal(SIGPIPE, SIG_IGN);
   m.install_routes();
   m.install_cors();
-  const size_t max_threads = std::max<size_t>(1, m.options.max_threads);
-  m.svr.new_task_queue = [max_threads] { return new GrowingThreadPool(std::min<size_t>(4, max_threads), max_threads); };
   m.svr.set_read_timeout(m.options.read_timeout_seconds, 0);
   m.svr.set_write_timeout(m.options.write_timeout_seconds, 0);
   m.svr.set_keep_alive_timeout(m.options.keep_alive_timeout_seconds);
@@ -265,6 +306,12 @@ Status HttpServer::start() {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  // Slow clients wait in the gate without a worker (gated_listener.h; issue 17).
+  GateOptions gate;
+  gate.header_timeout_seconds = m.options.header_timeout_seconds;
+  gate.keep_alive_timeout_seconds = m.options.keep_alive_timeout_seconds;
+  gate.max_connections_per_client = m.options.max_connections_per_client;
+  MOE_RETURN_IF_ERROR(m.svr.start_gate(gate, std::max<size_t>(1, m.options.max_threads)));
   int port = -1;
   errno = 0;
   if (m.options.port == 0) {
@@ -282,6 +329,7 @@ Status HttpServer::start() {
   m.svr.raise_backlog();
   m.port = port;
   m.started = true;
+  m.trimmer = std::thread([&m] { m.run_trimmer(); });
   m.thread = std::thread([&m] {
     if (!m.svr.listen_after_bind()) MOE_LOG_ERROR("serve: the listener stopped with an error");
   });
@@ -321,6 +369,13 @@ void HttpServer::stop() {
   }
   m.svr.stop();
   if (m.thread.joinable()) m.thread.join();
+  m.svr.stop_gate();
+  {
+    std::lock_guard<std::mutex> lock(m.trim_mu);
+    m.trim_stop = true;
+  }
+  m.trim_cv.notify_all();
+  if (m.trimmer.joinable()) m.trimmer.join();
 }
 
 }  // namespace moe::serve

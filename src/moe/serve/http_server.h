@@ -36,9 +36,12 @@
 // (any of its choices) gets an SSE error event (type service_unavailable), then
 // [DONE], and its other choices are cancelled.
 //
-// Connections are served by a thread pool that grows on demand (thread_pool.h), so
-// idle keep-alive connections do not starve others; idle connections close after
-// keep_alive_timeout_seconds. SIGPIPE is ignored process-wide from start() on (writes to
+// Connections wait for each request's whole head in a gate (connection_gate.h: one
+// epoll thread, no worker; a head deadline of header_timeout_seconds; at most
+// max_connections_per_client per client address), so slow or idle clients do not
+// starve others; only then does a worker of a thread pool that grows on demand
+// (thread_pool.h) serve the request, and a kept-alive connection goes back to the gate
+// after its response; idle connections close after keep_alive_timeout_seconds. SIGPIPE is ignored process-wide from start() on (writes to
 // a closed socket must fail, not kill the server).
 //
 // Shutdown: drain() makes /health answer 503 and new generation requests 503 while
@@ -79,6 +82,13 @@ struct ServerOptions {
   int read_timeout_seconds = 10;         // a request that stalls this long mid-read is dropped
   int write_timeout_seconds = 10;        // a client that does not read for this long is dropped
   int keep_alive_timeout_seconds = 5;    // idle keep-alive connections close after this
+  // Slow clients (issue 17, connection_gate.h): a request head must arrive whole within
+  // this (a deadline, not per read; kept alive: from its first byte), else the
+  // connection is closed; clients waiting for their heads hold no worker thread.
+  double header_timeout_seconds = 10;
+  // Connections one client address may hold at once (waiting or served); more are
+  // answered 429 and closed. 0 = no cap.
+  size_t max_connections_per_client = 1024;
   size_t max_threads = 2048;             // connections served at once; more wait in a queue
   int client_poll_ms = 50;               // how often a waiting response checks its client
   CorsOptions cors;                      // no allowed origins = CORS off

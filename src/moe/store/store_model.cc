@@ -185,4 +185,10 @@ size_t StoreModel::total_bytes() const {
   return n;
 }
 
+std::optional<ExpertDigest> StoreModel::recorded_expert_digest(int layer, int expert) const {
+  const ShardEntry* e = manifest_.find_expert(layer, expert);
+  if (e == nullptr) return std::nullopt;
+  return ExpertDigest{e->hash.high, e->hash.low};
+}
+
 }  // namespace moe

@@ -90,6 +90,8 @@ class StoreModel final : public ModelSource {
   StatusOr<const StoredTensor*> get(const std::string& name) const override;
   std::vector<TensorInfo> tensor_infos() const override;
   size_t total_bytes() const override;
+  // The manifest's hash of the expert's shard (no bytes read).
+  std::optional<ExpertDigest> recorded_expert_digest(int layer, int expert) const override;
 
  private:
   StoreModel() = default;

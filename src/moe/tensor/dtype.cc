@@ -16,6 +16,7 @@ const char* dtype_name(DType dtype) {
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
     case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kI8: return "I8";
   }
   return "?";
 }
@@ -108,6 +109,15 @@ void convert_to_f32(const void* src, DType dtype, float* dst, size_t n) {
       const uint8_t* s = static_cast<const uint8_t*>(src);
       for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, f8e4m3x8_to_f32(s + i));
       for (; i < n; ++i) dst[i] = kF8E4M3ToF32[s[i]];
+      return;
+    }
+    case DType::kI8: {
+      const int8_t* s = static_cast<const int8_t*>(src);
+      for (; i + 8 <= n; i += 8) {
+        const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i));
+        _mm256_storeu_ps(dst + i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)));
+      }
+      for (; i < n; ++i) dst[i] = static_cast<float>(s[i]);
       return;
     }
   }

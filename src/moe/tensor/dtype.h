@@ -17,13 +17,16 @@
 namespace moe {
 
 // kF8E4M3 is only a weight dtype (Weight2D with block scales), never an activation.
-enum class DType : uint8_t { kF32, kBF16, kF16, kF8E4M3 };
+// kI8 is a signed 8-bit weight code with per-block f32 scales (q8_0-like: blocks of
+// [1, 32], model/int8_quant.h); it only arises from quantisation at load ("--weights
+// int8"), never from a checkpoint file (parse_dtype does not accept it).
+enum class DType : uint8_t { kF32, kBF16, kF16, kF8E4M3, kI8 };
 
 // Bytes per element.
 inline size_t dtype_size(DType dtype) {
-  return dtype == DType::kF32 ? 4 : dtype == DType::kF8E4M3 ? 1 : 2;
+  return dtype == DType::kF32 ? 4 : (dtype == DType::kF8E4M3 || dtype == DType::kI8) ? 1 : 2;
 }
-// Safetensors spelling: "F32", "BF16", "F16", "F8_E4M3".
+// Safetensors spelling: "F32", "BF16", "F16", "F8_E4M3" ("I8" for kI8).
 const char* dtype_name(DType dtype);
 // Parses a safetensors dtype string; nullopt for anything else (e.g. "I64", "F8_E5M2").
 std::optional<DType> parse_dtype(std::string_view name);
@@ -54,7 +57,7 @@ float f16_to_f32(uint16_t v);
 uint16_t f32_to_f16(float f);
 
 // dst[i] = float(src[i]) for n elements of `dtype` (vectorised with AVX2/F16C). For
-// kF8E4M3 this is the raw code's value, without any block scale.
+// kF8E4M3 and kI8 this is the raw code's value, without any block scale.
 void convert_to_f32(const void* src, DType dtype, float* dst, size_t n);
 
 }  // namespace moe

@@ -1,0 +1,49 @@
+#include "moe/engine/kernel_choice.h"
+
+namespace moe {
+namespace {
+
+std::string supported_list(IsaSupportFn supports = cpu_supports) {
+  std::string s;
+  for (KernelIsa isa : {KernelIsa::kAvx2, KernelIsa::kAvx512, KernelIsa::kAvx512Bf16}) {
+    if (!supports(isa)) continue;
+    if (!s.empty()) s += ", ";
+    s += kernel_isa_name(isa);
+  }
+  return s;
+}
+
+}  // namespace
+
+StatusOr<KernelChoice> choose_kernels(const EngineOptions& options) { return choose_kernels(options, cpu_supports); }
+
+StatusOr<KernelChoice> choose_kernels(const EngineOptions& options, IsaSupportFn supports) {
+  KernelChoice c;
+  const std::optional<KernelIsa> isa = parse_kernel_isa(options.kernels);
+  if (!isa) {
+    return invalid_argument("kernels '" + options.kernels + "' is not one of auto, avx2, avx512, avx512-bf16");
+  }
+  if (!supports(*isa)) {
+    return invalid_argument("kernels '" + options.kernels + "': this CPU does not support it (it supports: " +
+                            supported_list(supports) + ")");
+  }
+  c.isa = *isa != KernelIsa::kAuto ? *isa
+          : supports(KernelIsa::kAvx512Bf16) ? KernelIsa::kAvx512Bf16
+          : supports(KernelIsa::kAvx512)     ? KernelIsa::kAvx512
+                                             : KernelIsa::kAvx2;
+  if (options.weights != "native" && options.weights != "int8") {
+    return invalid_argument("weights '" + options.weights + "' is not one of native, int8");
+  }
+  c.int8_weights = options.weights == "int8";
+  return c;
+}
+
+std::string describe_kernels(const KernelChoice& choice) {
+  std::string s = std::string("kernels ") + kernel_isa_name(choice.isa) + " (cpu: " + supported_list();
+  if (cpu_has_avx512_vnni()) s += ", vnni";
+  s += std::string("; amx: ") + (cpu_has_amx() ? "present, no kernels yet" : "no") + "), weights " +
+       (choice.int8_weights ? "int8" : "native");
+  return s;
+}
+
+}  // namespace moe
