@@ -262,7 +262,7 @@ TEST_F(HttpHardeningTest, ByteLengthRejectedBeforeTokenizing) {
   const size_t bound = prompt_byte_bound(256, 5);
   ASSERT_EQ(bound, 3584u);
   const int calls_before = service_.count_tokens_calls;
-  for (const std::string& path : {"/v1/completions", "/v1/chat/completions"}) {
+  for (const std::string path : {"/v1/completions", "/v1/chat/completions"}) {
     const bool chat = path == "/v1/chat/completions";
     const std::string prompt(1 << 20, 'a');
     json body = {{"model", "fake"}, {"max_tokens", 1}};
