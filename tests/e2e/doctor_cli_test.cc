@@ -26,7 +26,9 @@ struct Doctor {
 };
 
 Doctor doctor(const std::string& args) {
-  const CommandResult r = run_command(moe_binary() + " doctor --json --mpirun-arg=--oversubscribe " + args);
+  // --allow-run-as-root: CI runs as root without Open MPI's two environment variables.
+  const CommandResult r = run_command(moe_binary() +
+                                      " doctor --json --mpirun-arg=--allow-run-as-root --mpirun-arg=--oversubscribe " + args);
   Doctor d{r.exit_code, r.output, {}};
   const size_t brace = r.output.find("{\n");
   if (brace == std::string::npos) return d;
@@ -92,6 +94,24 @@ TEST(DoctorCli, PortInUseAndFailedLaunchFail) {
   EXPECT_EQ(d.checks.at("p2p_bandwidth")["figure"], "the MPI launch failed");
   EXPECT_EQ(d.checks.at("port_" + std::to_string(busy.port))["result"], "fail");
   EXPECT_CONTAINS(d.checks.at("port_" + std::to_string(busy.port))["figure"].get<std::string>(), "in use");
+}
+
+TEST(DoctorCli, FailedLaunchNamesTheReasonInsideOpenMpisHelpBox) {
+  // A stand-in mpirun printing Open MPI's refusal to run as root (its real text, boxed by
+  // dashes) and exiting 1: the check names the reason line and the two ways round it, not
+  // the closing line of dashes.
+  const std::string dir = make_temp_dir("doctor_box");
+  const std::string dashes(74, '-');
+  write_file(dir + "/mpirun", "#!/bin/sh\necho " + dashes + "\necho 'mpirun has detected an attempt to run as root.'\n" +
+                                  "echo\necho 'Running as root is *strongly* discouraged'\necho " + dashes + "\nexit 1\n");
+  std::filesystem::permissions(dir + "/mpirun", std::filesystem::perms::owner_all);
+  const Doctor d = doctor("--np 2 --mpirun " + dir + "/mpirun --model " + tiny_model_dir() + " --port 0");
+  EXPECT_EQ(d.checks.at("mpi_launch")["result"], "fail") << d.output;
+  const std::string fig = d.checks.at("mpi_launch")["figure"];
+  EXPECT_EQ(fig,
+            "mpirun exited 1: mpirun has detected an attempt to run as root. (add --mpirun-arg=--allow-run-as-root, or "
+            "set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)");
+  EXPECT_EQ(d.exit_code, 4);
 }
 
 TEST(DoctorCli, ProfileComparisonConfigWarningsAndStoreVerify) {

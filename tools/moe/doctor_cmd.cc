@@ -152,10 +152,23 @@ Check mpi_launch(const DoctorFlags& f, doctor::ProbeResult* probe) {
   std::ifstream in(out);
   std::stringstream ss;
   ss << in.rdbuf();
+  // The reason: the first line inside Open MPI's help box (between lines of dashes) when
+  // there is one, else the last non-empty line of the log.
   std::ifstream lin(log);
-  std::string last, line;
+  std::string last, boxed, line;
+  bool in_box = false;
   while (std::getline(lin, line)) {
-    if (!line.empty()) last = line;
+    if (line.empty()) continue;
+    if (line.size() >= 10 && line.find_first_not_of('-') == std::string::npos) {
+      in_box = !in_box;
+      continue;
+    }
+    if (in_box && boxed.empty()) boxed = line;
+    last = line;
+  }
+  if (!boxed.empty()) last = boxed;
+  if (last.find("run as root") != std::string::npos) {
+    last += " (add --mpirun-arg=--allow-run-as-root, or set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)";
   }
   std::filesystem::remove_all(dir);
   if (rc == 124) return {"mpi_launch", Verdict::kFail, "no answer within " + format_g(f.timeout + 5) + " s: " + cmd};
