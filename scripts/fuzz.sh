@@ -1,36 +1,29 @@
 #!/usr/bin/env bash
-# libFuzzer targets (fuzz/, issue 17): builds them with clang (-fsanitize=fuzzer,address,
-# undefined) in build-fuzz/ and runs each on its seed corpus (fuzz/corpus/<target>/, copied
-# to build-fuzz/corpus/ so that what a run finds is kept there, not in git) for SECONDS.
+# libFuzzer targets (fuzz/, issue 17): builds them in build-asan/ (clang, ASan + UBSan and
+# libFuzzer's coverage: scripts/asan_build.sh; the build of scripts/test.sh --sanitize)
+# and runs each on its seed corpus (fuzz/corpus/<target>/, copied to build-asan/corpus/
+# so that what a run finds is kept there, not in git) for SECONDS.
 # A crash, leak, sanitizer report or timeout fails the script; libFuzzer writes the input
-# as build-fuzz/crash-*/leak-*/timeout-*. Prints each target's executions and coverage.
-# Usage: ./scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (CI: 30 s each)
+# as build-asan/crash-*/leak-*/timeout-*. Prints each target's executions and coverage.
+# Usage: ./scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   (CI: 10 s each)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-30}
 shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(safetensors config tokenizer_json tokenizer_input openai_request placement_files store_manifest)
-if ! command -v clang++ > /dev/null; then  # Debian's clang (libFuzzer included)
-  SUDO=""
-  [ "$(id -u)" = 0 ] || SUDO="sudo"
-  echo "==> installing: clang"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang
-fi
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMOE_FUZZ=ON -DMOE_BUILD_TESTS=OFF -DMOE_BUILD_BENCH=OFF \
-  > /dev/null
-cmake --build build-fuzz -j"$(nproc)" --target "${TARGETS[@]/#/fuzz_}"
+source scripts/asan_build.sh
+asan_configure
+cmake --build build-asan -j"$(nproc)" --target "${TARGETS[@]/#/fuzz_}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
 for t in "${TARGETS[@]}"; do
-  corpus=build-fuzz/corpus/$t
+  corpus=build-asan/corpus/$t
   mkdir -p "$corpus"
   cp -n fuzz/corpus/"$t"/* "$corpus"/ 2>/dev/null || true
-  log=build-fuzz/fuzz_$t.log
-  if (cd build-fuzz && ./fuzz/fuzz_"$t" -max_total_time="$SECONDS_EACH" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+  log=build-asan/fuzz_$t.log
+  if (cd build-asan && ./fuzz/fuzz_"$t" -max_total_time="$SECONDS_EACH" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
         -print_final_stats=1 "corpus/$t") > "$log" 2>&1; then
     result=ok
   else

@@ -25,12 +25,7 @@ if [ "${1:-}" = "--tsan" ]; then
 fi
 if [ "${1:-}" = "--sanitize" ]; then
   BUILD=build-asan
-  # -O1 -g1 (line tables): what ASan recommends, and half the compile time of -O2 -g.
-  FLAGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DMOE_SANITIZE=ON
-         -DMOE_BUILD_BENCH=OFF -DMOE_BUILD_E2E_TESTS=OFF)
-  # The memory-bug hunt runs the unit and MPI tests; the e2e tests (processes started
-  # through the CLI, mostly waiting on models and sockets) are built and run in the
-  # Release pass only.
+  # The memory-bug hunt runs the unit and MPI tests (clang, ASan + UBSan: asan_build.sh).
   LABELS=(-L "unit|mpi")
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -50,7 +45,12 @@ for pkg in "${NPM_PACKAGES[@]}"; do
   fi
 done
 export MOE_NODE_MODULES="$PWD/$BUILD/node/node_modules"
-cmake -S . -B "$BUILD" -G Ninja "${FLAGS[@]}" > /dev/null
+if [ "$BUILD" = build-asan ]; then
+  source scripts/asan_build.sh
+  asan_configure
+else
+  cmake -S . -B "$BUILD" -G Ninja "${FLAGS[@]}" > /dev/null
+fi
 cmake --build "$BUILD" -j"$(nproc)"
 cd "$BUILD"
 ctest --output-on-failure -j"$(nproc)" --timeout 600 "${LABELS[@]}"
