@@ -48,7 +48,7 @@ MOE_AVX512F void gemv16_rows(const float* x, const Weight2D& w, float* y, int64_
     __m512 acc[R][M][2];
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t) acc[i][t][0] = acc[i][t][1] = _mm512_setzero_ps();
-    const uint8_t* next = (r + 2 * R <= r1) ? w.row(r + R) : nullptr;
+    const uint8_t* next = (R > 1 && r + 2 * R <= r1) ? w.row(r + R) : nullptr;
     int64_t j = 0;
     for (; j + 32 <= k; j += 32) {
       if (next != nullptr) {
@@ -92,7 +92,7 @@ MOE_AVX512F void gemv16_tokens(const GemvCall& c, int64_t r0, int64_t r1) {
     const float* x = c.job.x + t0 * k;
     float* y = c.job.y + t0 * n;
     switch (std::min<int64_t>(4, c.job.m - t0)) {
-      case 1: gemv16_rows<D, 1, 4>(x, w, y, r0, r1); break;
+      case 1: gemv16_rows<D, 1, 1>(x, w, y, r0, r1); break;
       case 2: gemv16_rows<D, 2, 4>(x, w, y, r0, r1); break;
       case 3: gemv16_rows<D, 3, 2>(x, w, y, r0, r1); break;
       default: gemv16_rows<D, 4, 2>(x, w, y, r0, r1); break;
@@ -114,7 +114,7 @@ MOE_AVX512BF16 void gemv_dp_rows(const uint16_t* xh, const uint16_t* xl, const W
     __m512 hi[R][M], lo[R][M];
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t) hi[i][t] = lo[i][t] = _mm512_setzero_ps();
-    const uint8_t* next = (r + 2 * R <= r1) ? w.row(r + R) : nullptr;
+    const uint8_t* next = (R > 1 && r + 2 * R <= r1) ? w.row(r + R) : nullptr;
     int64_t j = 0;
     auto step = [&](__mmask32 mask) MOE_AVX512BF16 {
       __m512bh xa[M], xb[M];
@@ -166,7 +166,7 @@ MOE_AVX512VNNI void gemv_q8_rows(const GemvCall& c, int64_t t0, int64_t r0, int6
     __m256 acc[R][M];
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t) acc[i][t] = _mm256_setzero_ps();
-    const int8_t* next = (r + 2 * R <= r1) ? reinterpret_cast<const int8_t*>(w.row(r + R)) : nullptr;
+    const int8_t* next = (R > 1 && r + 2 * R <= r1) ? reinterpret_cast<const int8_t*>(w.row(r + R)) : nullptr;
     for (int64_t b = 0; b < nb; ++b) {
       if (next != nullptr && (b & 1) == 0) {
         for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * k + b * kQ8Block), _MM_HINT_T0);
@@ -218,7 +218,7 @@ MOE_AVX512BF16 void gemv_bf16_dp_range(const GemvCall& call, int64_t r0, int64_t
     const uint16_t* xl = call.x_lo + t0 * k;
     float* y = call.job.y + t0 * n;
     switch (std::min<int64_t>(4, call.job.m - t0)) {
-      case 1: gemv_dp_rows<1, 4>(xh, xl, w, y, r0, r1); break;
+      case 1: gemv_dp_rows<1, 1>(xh, xl, w, y, r0, r1); break;
       case 2: gemv_dp_rows<2, 4>(xh, xl, w, y, r0, r1); break;
       case 3: gemv_dp_rows<3, 2>(xh, xl, w, y, r0, r1); break;
       default: gemv_dp_rows<4, 2>(xh, xl, w, y, r0, r1); break;
@@ -229,7 +229,7 @@ MOE_AVX512BF16 void gemv_bf16_dp_range(const GemvCall& call, int64_t r0, int64_t
 MOE_AVX512VNNI void gemv_int8_range(const GemvCall& call, int64_t r0, int64_t r1) {
   for (int64_t t0 = 0; t0 < call.job.m; t0 += 4) {
     switch (std::min<int64_t>(4, call.job.m - t0)) {
-      case 1: gemv_q8_rows<1, 4>(call, t0, r0, r1); break;
+      case 1: gemv_q8_rows<1, 1>(call, t0, r0, r1); break;
       case 2: gemv_q8_rows<2, 4>(call, t0, r0, r1); break;
       case 3: gemv_q8_rows<3, 2>(call, t0, r0, r1); break;
       default: gemv_q8_rows<4, 2>(call, t0, r0, r1); break;

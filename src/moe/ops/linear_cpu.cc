@@ -72,9 +72,11 @@ void gemv_rows(const float* x, const Weight2D& w, float* y, int64_t r0, int64_t 
       for (int t = 0; t < M; ++t)
         for (int u = 0; u < U; ++u) acc[i][t][u] = _mm256_setzero_ps();
     // Software prefetch of the next block of rows, one cache line per row per step
-    // (kStep * es <= 64 bytes): decode streams weights from DRAM and the hardware
-    // prefetcher alone leaves bandwidth unused (docs/performance.md).
-    const uint8_t* next = (r + 2 * R <= r1) ? w.row(r + R) : nullptr;
+    // (kStep * es <= 64 bytes), when R > 1 rows are read side by side: R short streams
+    // leave the hardware prefetcher behind. One row at a time (R = 1, the m = 1 decode
+    // case) is one sequential stream, which the hardware prefetcher alone reads 1.5-1.75x
+    // faster than R = 4 with this prefetch (docs/performance.md, "One row at a time").
+    const uint8_t* next = (R > 1 && r + 2 * R <= r1) ? w.row(r + R) : nullptr;
     const size_t row_bytes = static_cast<size_t>(k) * es;
     int64_t j = 0;
     for (; j + kStep <= k; j += kStep) {
@@ -112,7 +114,7 @@ void gemv_rows(const float* x, const Weight2D& w, float* y, int64_t r0, int64_t 
 template <DType D>
 void gemv_dispatch_m(const float* x, int64_t m, const Weight2D& w, float* y, int64_t r0, int64_t r1) {
   switch (m) {
-    case 1: gemv_rows<D, 1, 4, 2>(x, w, y, r0, r1); break;
+    case 1: gemv_rows<D, 1, 1, 2>(x, w, y, r0, r1); break;
     case 2: gemv_rows<D, 2, 4, 1>(x, w, y, r0, r1); break;
     case 3: gemv_rows<D, 3, 2, 1>(x, w, y, r0, r1); break;
     case 4: gemv_rows<D, 4, 2, 1>(x, w, y, r0, r1); break;
@@ -140,7 +142,7 @@ void gemv_invariant(const float* x, int64_t m, const Weight2D& w, float* y, int6
     const float* xt = x + t0 * k;
     float* yt = y + t0 * n;
     switch (std::min<int64_t>(4, m - t0)) {
-      case 1: gemv_rows<D, 1, 4, 2>(xt, w, yt, r0, r1); break;
+      case 1: gemv_rows<D, 1, 1, 2>(xt, w, yt, r0, r1); break;
       case 2: gemv_rows<D, 2, 2, 2>(xt, w, yt, r0, r1); break;
       case 3: gemv_rows<D, 3, 1, 2>(xt, w, yt, r0, r1); break;
       default: gemv_rows<D, 4, 1, 2>(xt, w, yt, r0, r1); break;

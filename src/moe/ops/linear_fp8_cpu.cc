@@ -41,7 +41,7 @@ void gemv_fp8_rows(const float* x, const Weight2D& w, float* y, int64_t r0, int6
         acc[i][t][0] = acc[i][t][1] = _mm256_setzero_ps();
         tail[i][t] = 0.0f;
       }
-    const uint8_t* next = (r + 2 * R <= r1) ? w.row(r + R) : nullptr;
+    const uint8_t* next = (R > 1 && r + 2 * R <= r1) ? w.row(r + R) : nullptr;
     for (int64_t j0 = 0, cb = 0; j0 < k; j0 += bc, ++cb) {
       const int64_t j1 = std::min(k, j0 + bc);
       float s[R];
@@ -130,7 +130,7 @@ void gemv_fp8_range(const LinearJob& job, int64_t r0, int64_t r1) {
   // denormals-are-zero bit (set by -ffast-math start-up code, for one).
   const bool fast_ok = (_mm_getcsr() & 0x0040u) == 0;
   switch (m) {
-    case 1: gemv_fp8_rows<1, 4>(x, w, y, r0, r1, fast_ok); break;
+    case 1: gemv_fp8_rows<1, 1>(x, w, y, r0, r1, fast_ok); break;
     case 2: gemv_fp8_rows<2, 4>(x, w, y, r0, r1, fast_ok); break;
     case 3: gemv_fp8_rows<3, 2>(x, w, y, r0, r1, fast_ok); break;
     case 4: gemv_fp8_rows<4, 2>(x, w, y, r0, r1, fast_ok); break;

@@ -42,7 +42,7 @@ void gemv_q8_rows_avx2(const GemvCall& c, int64_t t0, int64_t r0, int64_t r1) {
     __m256 acc[R][M];
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t) acc[i][t] = _mm256_setzero_ps();
-    const int8_t* next = (r + 2 * R <= r1) ? reinterpret_cast<const int8_t*>(w.row(r + R)) : nullptr;
+    const int8_t* next = (R > 1 && r + 2 * R <= r1) ? reinterpret_cast<const int8_t*>(w.row(r + R)) : nullptr;
     for (int64_t b = 0; b < nb; ++b) {
       if (next != nullptr && (b & 1) == 0) {
         for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * k + b * kQ8Block), _MM_HINT_T0);
@@ -74,7 +74,7 @@ void gemv_int8_avx2_range(const GemvCall& call, int64_t r0, int64_t r1) {
             w.scale_dtype == DType::kF32 && w.cols % kQ8Block == 0 && call.x_q != nullptr);
   for (int64_t t0 = 0; t0 < call.job.m; t0 += 4) {
     switch (std::min<int64_t>(4, call.job.m - t0)) {
-      case 1: gemv_q8_rows_avx2<1, 4>(call, t0, r0, r1); break;
+      case 1: gemv_q8_rows_avx2<1, 1>(call, t0, r0, r1); break;
       case 2: gemv_q8_rows_avx2<2, 4>(call, t0, r0, r1); break;
       case 3: gemv_q8_rows_avx2<3, 2>(call, t0, r0, r1); break;
       default: gemv_q8_rows_avx2<4, 2>(call, t0, r0, r1); break;
