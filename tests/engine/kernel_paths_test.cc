@@ -99,6 +99,43 @@ TEST(KernelChoiceTest, UnknownNamesAreRefusedByName) {
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(e.status().message().find("weights 'int4'"), std::string::npos) << e.status().message();
+  eo.weights = "native";
+  eo.hugepages = "sometimes";
+  e = Engine::open(eo);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("hugepages 'sometimes' is not one of auto, on, off"), std::string::npos)
+      << e.status().message();
+}
+
+// EngineOptions::hugepages: the weights copied into huge pages give bit-identical
+// prompt logits and greedy tokens to the same weights read from the mapped files, for
+// native and int8 weights (the copy must carry int8's scales).
+TEST(HugePagesEngineTest, SameLogitsAndTokensAsFromTheMappedFiles) {
+  for (const char* weights : {"native", "int8"}) {
+    SCOPED_TRACE(weights);
+    GenerateRequest req;
+    req.prompt_token_ids = {1, 415, 293, 906, 285, 1142, 287, 13};
+    req.max_tokens = 8;
+    req.sampling.temperature = 0;
+    req.ignore_eos = true;
+    req.return_prompt_logits = true;
+    std::vector<GenerateResult> results;
+    for (const char* mode : {"off", "on"}) {
+      EngineOptions eo{.model_dir = tiny_model_dir()};
+      eo.weights = weights;
+      eo.hugepages = mode;
+      auto engine = Engine::open(eo);
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      auto r = engine.value()->generate(req);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      results.push_back(std::move(r).value());
+    }
+    ASSERT_EQ(results[0].output_token_ids.size(), 8u);
+    EXPECT_EQ(results[0].output_token_ids, results[1].output_token_ids);
+    ASSERT_FALSE(results[0].prompt_logits.empty());
+    EXPECT_EQ(results[0].prompt_logits, results[1].prompt_logits);  // bitwise: same bytes, same kernels
+  }
 }
 
 bool avx2_only(KernelIsa isa) { return isa == KernelIsa::kAuto || isa == KernelIsa::kAvx2; }

@@ -3,7 +3,8 @@
 // attention models, --mla-attention takes a list of paths: one engine per path, the
 // paths interleaved within each repeat (A, B, A, B, ...), a row per path and the
 // per-repeat ratios of each path to the first. --kernels and --weights take lists the
-// same way (issue 18): one engine per combination, interleaved, with ratios to the first.
+// same way (issue 18), and --hugepages: one engine per combination, interleaved, with ratios
+// to the first.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -37,16 +38,18 @@ struct BenchFlags {
   std::string trace;  // --trace: the first engine's runs (h-trace)
   std::vector<std::string> kernels = {"auto"};
   std::vector<std::string> weights = {"native"};
+  std::vector<std::string> hugepages = {"auto"};  // EngineOptions::hugepages, a list as --kernels
 };
 
 // One engine of the comparison: an MLA path, a kernel path and a weight format. Its
 // label joins the dimensions that vary (the MLA path always for MLA models): one word.
 struct Variant {
-  std::string mla, kernels, weights;
-  std::string label(bool with_mla, bool with_kernels, bool with_weights) const {
+  std::string mla, kernels, weights, hugepages;
+  std::string label(bool with_mla, bool with_kernels, bool with_weights, bool with_hugepages) const {
     std::string s = with_mla ? mla : "";
     if (with_kernels) s += (s.empty() ? "" : "+") + kernels;
     if (with_weights) s += (s.empty() ? "" : "+") + weights;
+    if (with_hugepages) s += (s.empty() ? "" : "+") + ("hugepages-" + hugepages);
     return s;
   }
 };
@@ -119,7 +122,8 @@ int run_bench(const BenchFlags& f) {
   std::vector<Variant> variants;
   for (const std::string& path : f.mla_paths)
     for (const std::string& k : f.kernels)
-      for (const std::string& w : f.weights) variants.push_back({path, k, w});
+      for (const std::string& w : f.weights)
+        for (const std::string& h : f.hugepages) variants.push_back({path, k, w, h});
   std::vector<std::unique_ptr<Engine>> engines;  // one per variant (fixed at open)
   for (const Variant& v : variants) {
     EngineOptions eo{.model_dir = model_dir};
@@ -127,12 +131,14 @@ int run_bench(const BenchFlags& f) {
     eo.mla_attention = v.mla;
     eo.kernels = v.kernels;
     eo.weights = v.weights;
+    eo.hugepages = v.hugepages;
     eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
     eo.kv_dtype = f.kv_dtype;
     if (engines.empty()) eo.trace_path = f.trace;  // the first path's runs
     auto engine_or = Engine::open(eo);
     if (!engine_or.ok()) {
-      return fail("--kernels " + v.kernels + " --weights " + v.weights + ": " + engine_or.status().message());
+      return fail("--kernels " + v.kernels + " --weights " + v.weights + " --hugepages " + v.hugepages + ": " +
+                  engine_or.status().message());
     }
     engines.push_back(std::move(engine_or).value());
   }
@@ -146,22 +152,22 @@ int run_bench(const BenchFlags& f) {
   std::printf("prompt %d tokens, %d generated tokens, %d repeats (+1 warm-up)\n", f.prompt_tokens, f.gen_tokens,
               f.repeats);
   std::printf("%s\n", kernel_summary().c_str());
-  const bool multi_k = f.kernels.size() > 1, multi_w = f.weights.size() > 1;
+  const bool multi_k = f.kernels.size() > 1, multi_w = f.weights.size() > 1, multi_h = f.hugepages.size() > 1;
   const bool labelled = mla || variants.size() > 1;
   std::vector<std::string> labels;
-  for (const Variant& v : variants) labels.push_back(v.label(mla, multi_k, multi_w));
+  for (const Variant& v : variants) labels.push_back(v.label(mla, multi_k, multi_w, multi_h));
   if (mla) {
     std::string list;
     for (const std::string& p : f.mla_paths) list += (list.empty() ? "" : ", ") + p;
     std::printf("multi-head latent attention: %s (interleaved within each repeat)\n", list.c_str());
   }
-  if (multi_k || multi_w) {
+  if (multi_k || multi_w || multi_h) {
     std::string list;
     for (const std::string& l : labels) list += (list.empty() ? "" : ", ") + l;
     std::printf("variants (%s): %s (interleaved within each repeat)\n",
-                mla ? "mla path+kernels+weights" : "kernels+weights", list.c_str());
+                mla ? "mla path+kernels+weights+hugepages" : "kernels+weights+hugepages", list.c_str());
   }
-  const char* column = multi_k || multi_w ? "variant" : "mla path";
+  const char* column = multi_k || multi_w || multi_h ? "variant" : "mla path";
   std::printf("\n");
 
   // A fixed pseudo-random prompt of ordinary tokens (no BOS/EOS inside).
@@ -293,6 +299,12 @@ RunFn add_bench_generate_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--weights", f->weights, "Weight formats to measure, from native, int8 (a list, as --kernels)")
       ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--hugepages", f->hugepages,
+                 "Where the weights live, from auto, on (copied into transparent huge pages), off (the mapped files): "
+                 "a list, as --kernels")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_flag("--batch-invariant", f->batch_invariant,
                "Batch-invariant kernels (as `moe serve` uses): GEMV for prefill instead of sgemm");

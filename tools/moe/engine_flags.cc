@@ -163,6 +163,13 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "weights like q8_0: about half the bytes per decode token of bf16)")
       ->check(CLI::IsMember({"native", "int8"}))
       ->capture_default_str();
+  app.add_option("--hugepages", f->options.hugepages,
+                 "auto, on or off: copy the weights this process decodes with into transparent huge pages (2 MiB), "
+                 "which decode reads ~1.5x faster than the mapped files' 4 KiB pages; off keeps them in the mapped "
+                 "files (shared page cache between ranks on a host); auto: on when the kernel offers huge pages and "
+                 "the model is a Hugging Face directory (not an expert store)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
 }
 
 std::string check_engine_flags(const EngineFlags& f) {

@@ -24,6 +24,11 @@ class MappedFile {
 
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
+  // Takes the mapping's pages out of this process's resident set (madvise MADV_DONTNEED):
+  // they stay in the page cache, and a later read faults them back in with the same
+  // bytes (the mapping is private and never written). For a file whose bytes were copied
+  // elsewhere (model/weights_relocate.h), so they are not counted twice in RSS.
+  void drop_resident_pages() const;
   const std::string& path() const { return path_; }
 
  private:

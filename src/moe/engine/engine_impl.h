@@ -9,6 +9,7 @@
 #include "moe/comm/parallel_groups.h"
 #include "moe/engine.h"
 #include "moe/engine/engine_core.h"
+#include "moe/core/huge_page_arena.h"
 #include "moe/engine/kernel_choice.h"
 #include "moe/model/config.h"
 #include "moe/model/model_source.h"
@@ -70,6 +71,9 @@ struct Engine::Impl final : EpStepRunner {
   ExpertStore expert_store;              // experts received by live rebalancing (or dequantised: fp8_mode)
   std::vector<std::vector<uint8_t>> fp8_dequantized;  // bf16 copies of non-expert FP8 matrices (Fp8Mode::kDequant)
   std::vector<std::vector<uint8_t>> int8_quantized;   // int8 copies of non-expert matrices (--weights int8)
+  // The decoder's matrices copied into huge pages (EngineOptions::hugepages); then
+  // fp8_dequantized, int8_quantized and the start-up entries of expert_store are freed.
+  std::unique_ptr<HugePageArena> weight_arena;
   KernelChoice kernel_choice;                          // EngineOptions::kernels / weights, checked
   std::unique_ptr<Rebalancer> rebalancer;  // under EP only
   std::unique_ptr<Failover> failover;      // under EP only (used when the communicator can re-form)

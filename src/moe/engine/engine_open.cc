@@ -30,6 +30,7 @@
 #include "moe/model/hf_checkpoint.h"
 #include "moe/model/tokenizer.h"
 #include "moe/model/weights.h"
+#include "moe/model/weights_relocate.h"
 #include "moe/moe/capacity.h"
 #include "moe/moe/ep_moe_layer.h"
 #include "moe/placement/placement_plan.h"
@@ -407,6 +408,38 @@ Status check_trace_options(const EngineOptions& options, int rank) {
   return ok_status();
 }
 
+// EngineOptions::hugepages: the decoder's matrices copied into a HugePageArena
+// (model/weights_relocate.h) after any FP8 dequantisation, int8 quantisation or TP
+// sharding, so that the copies are of what decode reads; the buffers those made are then
+// freed (the weights no longer point into them).
+Status place_weights_in_huge_pages(Engine::Impl* impl, const std::string& mode) {
+  const bool thp = transparent_hugepages_available();
+  const bool on = mode == "on" || (mode == "auto" && thp && impl->store == nullptr);
+  if (!on) {
+    MOE_LOG_DEBUG("weights: left in the mapped files (--hugepages {}{})", mode,
+                  mode == "auto" ? (thp ? ", an expert store" : ", no transparent huge pages") : "");
+    return ok_status();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t before = anon_huge_page_bytes();
+  impl->weight_arena = std::make_unique<HugePageArena>();
+  ModelWeights* w = impl->tensor_parallel() ? &impl->tp_weights : &impl->weights;
+  const size_t bytes = copy_weights_to_arena(w, impl->weight_arena.get());
+  impl->fp8_dequantized.clear();
+  impl->int8_quantized.clear();
+  if (!impl->tensor_parallel()) impl->expert_store.clear();  // under TP, `weights` may still point into it
+  // The mapped files' pages that the copy read leave the resident set (they stay in the
+  // page cache): RSS then counts the weights once.
+  if (const auto* hf = dynamic_cast<const HfCheckpoint*>(impl->source.get())) {
+    for (const auto& shard : hf->shards()) shard->drop_resident_pages();
+  }
+  const size_t huge = anon_huge_page_bytes() - std::min(before, anon_huge_page_bytes());
+  MOE_LOG_INFO("weights: {:.1f} MB copied into huge pages ({:.1f} MB of them in 2 MiB pages{}) in {:.3f} s",
+               bytes / 1e6, huge / 1e6, thp ? "" : "; the kernel offers none",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return ok_status();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
@@ -476,6 +509,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                                                [p](int l, int e) { return &p->expert_store[{l, e}]; });
     MOE_LOG_INFO("weights int8: {} matrices quantised at load (blocks of 32, f32 scales)", n);
   }
+  MOE_RETURN_IF_ERROR(place_weights_in_huge_pages(impl.get(), options.hugepages));
   MOE_LOG_INFO("{}", describe_kernels(impl->kernel_choice));
   const std::string& dir = options.model_dir;
   DecoderOptions decoder_options;

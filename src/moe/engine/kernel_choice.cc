@@ -35,6 +35,9 @@ StatusOr<KernelChoice> choose_kernels(const EngineOptions& options, IsaSupportFn
     return invalid_argument("weights '" + options.weights + "' is not one of native, int8");
   }
   c.int8_weights = options.weights == "int8";
+  if (options.hugepages != "auto" && options.hugepages != "on" && options.hugepages != "off") {
+    return invalid_argument("hugepages '" + options.hugepages + "' is not one of auto, on, off");
+  }
   return c;
 }
 

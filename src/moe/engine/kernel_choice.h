@@ -15,7 +15,7 @@ struct KernelChoice {
   bool int8_weights = false;
 };
 
-// InvalidArgument naming the option and value for an unknown kernels/weights name, or
+// InvalidArgument naming the option and value for an unknown kernels/weights/hugepages name, or
 // a kernel path this CPU lacks (listing the ones it has).
 StatusOr<KernelChoice> choose_kernels(const EngineOptions& options);
 // The same against another CPU's answers (tests: a CPU without AVX-512).

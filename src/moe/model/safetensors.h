@@ -48,6 +48,8 @@ class SafetensorsFile {
   // nullptr if absent.
   const StoredTensor* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // MappedFile::drop_resident_pages of the file.
+  void drop_resident_pages() const { file_.drop_resident_pages(); }
 
  private:
   MappedFile file_;
