@@ -89,7 +89,7 @@ TEST(ConfigFile, ShippedSeedFileLoadsWithTheSeedsValues) {
   EXPECT_EQ(f.find("router.token_drop_policy")->flag, "--overflow-policy");
   // Not honoured here, each with a warning; crc_check false and enable_nsight false match.
   for (const char* key : {"expert_placement.strategy", "expert_placement.hot_expert_threshold", "alltoall.implementation",
-                          "alltoall.pipeline_depth", "alltoall.inline_threshold", "alltoall.use_cuda_aware",
+                          "alltoall.inline_threshold", "alltoall.use_cuda_aware",
                           "profiling.enable_nvtx", "profiling.comm_overlap_ratio_target",
                           "profiling.expert_utilization_target"}) {
     EXPECT_TRUE(has_warning(f, key, "")) << key;
@@ -97,7 +97,23 @@ TEST(ConfigFile, ShippedSeedFileLoadsWithTheSeedsValues) {
   EXPECT_FALSE(has_warning(f, "alltoall.crc_check", ""));
   EXPECT_FALSE(has_warning(f, "profiling.enable_nsight", ""));
   EXPECT_TRUE(has_warning(f, "alltoall.implementation", "using mpi"));
-  EXPECT_TRUE(has_warning(f, "alltoall.pipeline_depth", "using 2 instead of 4"));
+  EXPECT_EQ(f.find("alltoall.pipeline_depth")->extra_flag, "--ep-micro-batches");
+  EXPECT_EQ(f.find("alltoall.pipeline_depth")->extra_flag_value, "4");
+}
+
+TEST(ConfigFile, PipelineDepthIsOverlapWithThatManyMicroBatches) {
+  auto deep = parse_config("alltoall:\n  pipeline_depth: 12\n", "d.yaml");
+  ASSERT_TRUE(deep.ok()) << deep.status().message();
+  const ConfigValue* v = deep.value().find("alltoall.pipeline_depth");
+  EXPECT_EQ(v->flag, "--ep-overlap");
+  EXPECT_EQ(v->flag_value, "true");
+  EXPECT_EQ(v->extra_flag, "--ep-micro-batches");
+  EXPECT_EQ(v->extra_flag_value, "8");
+  EXPECT_TRUE(has_warning(deep.value(), "alltoall.pipeline_depth", "at most 8 micro-batches"));
+  auto two = parse_config("alltoall:\n  pipeline_depth: 2\n", "t.yaml");
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two.value().find("alltoall.pipeline_depth")->extra_flag_value, "2");
+  EXPECT_FALSE(has_warning(two.value(), "alltoall.pipeline_depth", ""));
 }
 
 TEST(ConfigFile, LinesAndSpellings) {
@@ -111,6 +127,7 @@ TEST(ConfigFile, LinesAndSpellings) {
   EXPECT_EQ(f.find("parallelism.fused_moe")->flag_value, "off");
   EXPECT_EQ(f.find("parallelism.ep")->line, 5);
   EXPECT_EQ(f.find("alltoall.pipeline_depth")->flag_value, "false");
+  EXPECT_EQ(f.find("alltoall.pipeline_depth")->extra_flag, "");
   EXPECT_TRUE(has_warning(f, "alltoall.crc_check", "no per-message CRC"));
   EXPECT_EQ(f.where(*f.find("parallelism.ep")), "c.yaml:5");
   // An empty file sets nothing.

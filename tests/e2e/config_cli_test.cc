@@ -44,6 +44,24 @@ TEST(ConfigCli, FileValuesActLikeTheirFlags) {
   EXPECT_NE(dropless.logits, flags.logits);  // and they mattered (capacity 0.25 drops tokens)
 }
 
+TEST(ConfigCli, PipelineDepthSetsOverlapAndMicroBatchesUnlessFlagsOverride) {
+  const std::string dir = make_temp_dir("config_depth");
+  const std::string cfg = write_config(dir, "c.yaml", "alltoall:\n  pipeline_depth: 3\n");
+  const GenRun file = generate(dir, "file", "--config " + cfg);
+  ASSERT_EQ(file.exit_code, 0) << file.output;
+  // --ep-overlap=false on the command line drops the file's --ep-micro-batches 3 with it
+  // (else the engine refuses micro-batches without overlap).
+  const GenRun off = generate(dir, "off", "--config " + cfg + " --ep-overlap=false");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  // The file's micro-batch count reached the engine: 3 is accepted, and a flag overrides it.
+  const GenRun bad = generate(dir, "bad", "--config " + cfg + " --ep-micro-batches 9");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_CONTAINS(bad.output, "--ep-micro-batches 9 must be 0 (auto) or 2..8");
+  const GenRun deep = generate(dir, "deep", "--config " + write_config(dir, "d.yaml", "alltoall:\n  pipeline_depth: 12\n"));
+  ASSERT_EQ(deep.exit_code, 0) << deep.output;
+  EXPECT_CONTAINS(deep.output, "at most 8 micro-batches");
+}
+
 TEST(ConfigCli, ShowPrintsOriginsAndFlagsOverride) {
   const std::string dir = make_temp_dir("config_show");
   const std::string cfg = write_config(dir, "c.yaml",

@@ -60,22 +60,28 @@ std::string apply_config(CLI::App& app, const std::string& command, const config
   }
   const bool engine_command = app.get_option_no_throw("--ep") != nullptr;
   for (const config::ConfigValue& v : file.values) {
-    if (v.flag.empty()) continue;
-    CLI::Option* opt = app.get_option_no_throw(v.flag);
-    if (opt == nullptr) {
-      if (engine_command && !serve_only_key(v.key->key) && !lenient) {
-        return at(file, v) + ": this build's `moe " + command + "` has no " + v.flag + " flag to apply it to";
+    // The extra flag goes with the first: not applied when the command line gave the first
+    // (`--ep-overlap false` over pipeline_depth: 4 must not leave --ep-micro-batches 4).
+    const CLI::Option* first = v.flag.empty() ? nullptr : app.get_option_no_throw(v.flag);
+    const bool first_on_command_line = first != nullptr && first->count() > 0;
+    for (const auto& [flag, value] : {std::pair{v.flag, v.flag_value}, std::pair{v.extra_flag, v.extra_flag_value}}) {
+      if (flag.empty() || (flag == v.extra_flag && first_on_command_line)) continue;
+      CLI::Option* opt = app.get_option_no_throw(flag);
+      if (opt == nullptr) {
+        if (engine_command && !serve_only_key(v.key->key) && !lenient) {
+          return at(file, v) + ": this build's `moe " + command + "` has no " + flag + " flag to apply it to";
+        }
+        warnings->push_back(at(file, v) + ": not used by `moe " + command + "` (it has no " + flag + ")");
+        continue;
       }
-      warnings->push_back(at(file, v) + ": not used by `moe " + command + "` (it has no " + v.flag + ")");
-      continue;
-    }
-    if (opt->count() > 0) continue;  // the flag given on the command line wins
-    try {
-      opt->add_result(v.flag_value);
-      opt->run_callback();
-      if (applied) applied->insert(v.flag);
-    } catch (const CLI::Error& e) {
-      return at(file, v) + ": " + v.text + " (as " + v.flag + " " + v.flag_value + "): " + e.what();
+      if (opt->count() > 0) continue;  // the flag given on the command line wins
+      try {
+        opt->add_result(value);
+        opt->run_callback();
+        if (applied) applied->insert(flag);
+      } catch (const CLI::Error& e) {
+        return at(file, v) + ": " + v.text + " (as " + flag + " " + value + "): " + e.what();
+      }
     }
   }
   std::string bad = check_router_k(app, file, warnings);

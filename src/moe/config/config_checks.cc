@@ -1,5 +1,6 @@
 // check_config(): the file's contradictions, the keys this build cannot honour, and the
 // flags of the keys that have no flag of their own (config_file.h).
+#include <algorithm>
 #include <string>
 
 #include "moe/config/config_file.h"
@@ -91,9 +92,15 @@ void derive_special(ConfigFile& f) {
                     "machine has a device)");
     }
     if (key == "alltoall.pipeline_depth") {
+      // N micro-batches pipelined against the all-to-all: --ep-overlap with
+      // --ep-micro-batches N (the engine pipelines 2..kMaxEpMicroBatches = 8).
       const long long depth = std::stoll(v.text);
       v.flag_value = depth >= 2 ? "true" : "false";
-      if (depth > 2) warn(f, v, "the engine overlaps two micro-batches (--ep-overlap); using 2 instead of " + v.text);
+      if (depth >= 2) {
+        v.extra_flag = "--ep-micro-batches";
+        v.extra_flag_value = std::to_string(std::min(depth, 8LL));
+      }
+      if (depth > 8) warn(f, v, "the engine pipelines at most 8 micro-batches (--ep-micro-batches); using 8 instead of " + v.text);
     }
     if (!v.key->unhonoured.empty() && (!v.key->warn_if_true || v.flag_value == "true")) {
       warn(f, v, std::string(v.key->unhonoured));

@@ -24,9 +24,13 @@ struct ConfigValue {
   const ConfigKey* key = nullptr;  // into config_keys()
   std::string text;                // the value as written in the file ("true", "1.25", "top_k")
   // What the flag receives (bool spelled per ConfigKey::choices; alltoall.implementation
-  // custom_ibverbs -> "mpi"; pipeline_depth -> "true"/"false"). Empty for keys with no flag.
+  // custom_ibverbs -> "mpi"; pipeline_depth -> --ep-overlap "true"/"false", plus
+  // extra_flag). Empty for keys with no flag.
   std::string flag_value;
   std::string flag;  // the flag it sets (key->flag, or a derived one), empty if none
+  // A second flag the value also sets (alltoall.pipeline_depth N >= 2: --ep-micro-batches
+  // N beside --ep-overlap true), empty if none.
+  std::string extra_flag, extra_flag_value;
   int line = 0;      // 1-based line in the file
 };
 

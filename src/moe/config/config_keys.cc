@@ -55,7 +55,7 @@ constexpr std::array kKeys = {
               "mpi|gloo|custom_ibverbs|nccl|deepep",
               "EP transport: mpi or gloo (custom_ibverbs, nccl, deepep: not built, mpi is used)"},
     ConfigKey{"alltoall.pipeline_depth", "--ep-overlap", T::kInt, 1, 64, "",
-              "micro-batches overlapping all-to-all and experts: 1 = off, 2 = --ep-overlap"},
+              "micro-batches overlapping all-to-all and experts: 1 = off, N = --ep-overlap --ep-micro-batches N"},
     ConfigKey{"alltoall.inline_threshold", "", T::kInt, 0, kInf, "", "bytes below which messages are inlined",
               "there is no ibverbs path here; Open MPI's eager limits (MCA btl_*_eager_limit) decide inlining"},
     ConfigKey{"alltoall.use_cuda_aware", "", T::kBool, -kInf, kInf, "", "GPUDirect RDMA",
