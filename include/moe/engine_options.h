@@ -170,8 +170,11 @@ struct EngineOptions {
   // ~1.5x faster by decode than the 4 KiB pages of the mapped files; "off" leaves them in
   // the mapped files (pages shared with other processes on the host); "auto" (default):
   // on when the kernel offers huge pages (transparent_hugepage/enabled is always or
-  // madvise) and the weights come from a Hugging Face directory, off for an expert store
-  // (its restored buffers are already this process's memory: a copy would double them).
+  // madvise), the weights come from a Hugging Face directory and are at least 64 MiB;
+  // off for an expert store (its restored buffers are already this process's memory: a
+  // copy would double them) and for smaller models (they stay in the CPU caches). The
+  // copy costs start-up time: ~0.1-0.5 s per GB, up to ~10 s per GB in a VM whose host
+  // backs guest memory lazily (docs/performance.md).
   // Another name is InvalidArgument from Engine::open.
   std::string hugepages = "auto";
 };

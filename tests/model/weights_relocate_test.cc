@@ -48,8 +48,11 @@ TEST(WeightsRelocateTest, CopiesEveryMatrixOnceAndRepointsIt) {
   l.experts[1].w1 = {unloaded.data(), DType::kBF16, 4, 8};
   const ModelWeights before = w;
 
+  const size_t counted = weights_bytes_to_copy(w);
+  EXPECT_EQ(w.layers[0].q_proj.data, q.data());  // counting changes nothing
   HugePageArena arena;
   const size_t bytes = copy_weights_to_arena(&w, &arena);
+  EXPECT_EQ(counted, bytes);
   // embed once (lm_head shares it) + q + int8 codes and scales + FP8 rows 2..5 and their
   // two block rows of scales.
   EXPECT_EQ(bytes, embed.size() + q.size() + i8.size() + i8s.size() + 4 * 4 + 2 * 4);

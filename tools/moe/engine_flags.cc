@@ -167,7 +167,7 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "auto, on or off: copy the weights this process decodes with into transparent huge pages (2 MiB), "
                  "which decode reads ~1.5x faster than the mapped files' 4 KiB pages; off keeps them in the mapped "
                  "files (shared page cache between ranks on a host); auto: on when the kernel offers huge pages and "
-                 "the model is a Hugging Face directory (not an expert store)")
+                 "the model is a Hugging Face directory (not an expert store) of at least 64 MiB of weights")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
 }

@@ -408,22 +408,30 @@ Status check_trace_options(const EngineOptions& options, int rank) {
   return ok_status();
 }
 
+// `auto` leaves smaller models in the mapped files: their weights stay in the CPU caches
+// between tokens, and the copy would only cost start-up time.
+constexpr size_t kAutoHugePagesMinBytes = size_t{64} << 20;
+
 // EngineOptions::hugepages: the decoder's matrices copied into a HugePageArena
 // (model/weights_relocate.h) after any FP8 dequantisation, int8 quantisation or TP
 // sharding, so that the copies are of what decode reads; the buffers those made are then
 // freed (the weights no longer point into them).
 Status place_weights_in_huge_pages(Engine::Impl* impl, const std::string& mode) {
   const bool thp = transparent_hugepages_available();
-  const bool on = mode == "on" || (mode == "auto" && thp && impl->store == nullptr);
-  if (!on) {
-    MOE_LOG_DEBUG("weights: left in the mapped files (--hugepages {}{})", mode,
-                  mode == "auto" ? (thp ? ", an expert store" : ", no transparent huge pages") : "");
+  ModelWeights* w = impl->tensor_parallel() ? &impl->tp_weights : &impl->weights;
+  const size_t to_copy = weights_bytes_to_copy(*w);
+  const char* why_not = !thp                          ? "no transparent huge pages"
+                        : impl->store != nullptr      ? "an expert store"
+                        : to_copy < kAutoHugePagesMinBytes ? "under 64 MiB of weights: they stay in the caches"
+                                                       : nullptr;
+  if (mode == "off" || (mode == "auto" && why_not != nullptr)) {
+    MOE_LOG_DEBUG("weights: left in the mapped files (--hugepages {}{}{})", mode, why_not ? ": " : "",
+                  why_not ? why_not : "");
     return ok_status();
   }
   const auto t0 = std::chrono::steady_clock::now();
   const size_t before = anon_huge_page_bytes();
   impl->weight_arena = std::make_unique<HugePageArena>();
-  ModelWeights* w = impl->tensor_parallel() ? &impl->tp_weights : &impl->weights;
   const size_t bytes = copy_weights_to_arena(w, impl->weight_arena.get());
   impl->fp8_dequantized.clear();
   impl->int8_quantized.clear();

@@ -8,6 +8,8 @@
 namespace moe {
 namespace {
 
+// Visits every matrix once (dedupe by data, scale, size); with an arena, copies and
+// repoints it; without (arena == nullptr), only counts its bytes.
 class Relocator {
  public:
   explicit Relocator(HugePageArena* arena) : arena_(arena) {}
@@ -16,8 +18,14 @@ class Relocator {
     if (w->data == nullptr) return;
     const Key key{w->data, w->scale, w->data_bytes()};
     if (auto it = done_.find(key); it != done_.end()) {
+      if (arena_ == nullptr) return;
       w->data = it->second.first;
       w->scale = it->second.second;
+      return;
+    }
+    if (arena_ == nullptr) {
+      bytes_ += w->bytes();
+      done_[key] = {w->data, w->scale};
       return;
     }
     uint8_t* data = arena_->allocate(w->data_bytes());
@@ -50,7 +58,9 @@ class Relocator {
 
 }  // namespace
 
-size_t copy_weights_to_arena(ModelWeights* weights, HugePageArena* arena) {
+namespace {
+
+size_t visit(ModelWeights* weights, HugePageArena* arena) {
   Relocator r(arena);
   r.move(&weights->embed_tokens);
   for (LayerWeights& l : weights->layers) {
@@ -73,6 +83,14 @@ size_t copy_weights_to_arena(ModelWeights* weights, HugePageArena* arena) {
   }
   r.move(&weights->lm_head);
   return r.bytes();
+}
+
+}  // namespace
+
+size_t copy_weights_to_arena(ModelWeights* weights, HugePageArena* arena) { return visit(weights, arena); }
+
+size_t weights_bytes_to_copy(const ModelWeights& weights) {
+  return visit(const_cast<ModelWeights*>(&weights), nullptr);  // nullptr arena: counts, changes nothing
 }
 
 }  // namespace moe

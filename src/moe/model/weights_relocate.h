@@ -21,4 +21,7 @@ namespace moe {
 // bytes copied.
 size_t copy_weights_to_arena(ModelWeights* weights, HugePageArena* arena);
 
+// The bytes copy_weights_to_arena would copy (nothing is changed).
+size_t weights_bytes_to_copy(const ModelWeights& weights);
+
 }  // namespace moe
