@@ -5,8 +5,10 @@
 // single-process one (the logits themselves are compared in
 // tests/transformer/dp_decoder_test.cc). TP 1 x EP 2/4 and TP 2 x EP 2 (fused on/off) on
 // the tiny Mixtral and DeepSeek-V3. Then `moe serve --dp-attention on` answering
-// concurrent requests with one process's text, and each refusal by name.
+// concurrent requests with one process's text (also under `--supervise`, through a
+// worker kill), and each refusal by name.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include "contains_util.h"
 #include "safetensors_util.h"
 #include "serve_process.h"
+#include "supervise_stream.h"
 #include "test_util.h"
 
 namespace moe {
@@ -179,6 +182,41 @@ TEST(DpMpirunServe, ServesTheSingleProcessTextTp2Ep2) {
   expect_serves_single_process_text({"--tp", "2", "--ep", "2", "--ranks-per-node", "2", "--dp-attention", "on",
                                      "--threads", "1", "--comm-timeout", "20"},
                                     4);
+}
+
+// Under the supervisor (`moe serve --supervise --ep 2 --dp-attention on`): the worker
+// group it starts under mpirun serves the single-process text, and after kill -9 of rank
+// 1 in the middle of a greedy stream the supervisor restarts the group and the stream
+// ends with the fault-free text.
+TEST(DpMpirunServe, UnderTheSupervisorSurvivesAWorkerKill) {
+  testing::ServeProcess server({"--supervise", "--ep", "2", "--dp-attention", "on", "--threads", "1",
+                                "--mpirun-arg=--allow-run-as-root", "--mpirun-arg=--oversubscribe", "--comm-timeout",
+                                "20", "--recovery-timeout", "60", "--startup-timeout", "60"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  const int port = server.port();
+  const std::vector<std::string> prompts = testing::serve_prompts(3);
+  std::vector<std::future<testing::Streamed>> replies;
+  for (const std::string& p : prompts) {
+    replies.push_back(std::async(std::launch::async, [port, p] {
+      return testing::stream_completion("127.0.0.1", port, p, 12);
+    }));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(replies[i].get().text, testing::generate_text(prompts[i], 12)) << prompts[i];
+  }
+  const nlohmann::json greedy = {{"model", "tiny-mixtral-shakespeare"}, {"prompt", "ROMEO:\nWhat light"},
+                                 {"max_tokens", 60}, {"temperature", 0}, {"ignore_eos", true}};
+  const testing::SupervisedStream ref = testing::stream_request(port, greedy);
+  ASSERT_EQ(ref.finish_reason, "length") << server.log();
+  const std::vector<int64_t> pids = testing::worker_pids(port);
+  ASSERT_EQ(pids.size(), 2u) << testing::health_json(port).dump();
+  const testing::SupervisedStream killed =
+      testing::stream_request(port, greedy, [&] { ::kill(static_cast<pid_t>(pids[1]), SIGKILL); });
+  EXPECT_EQ(killed.error, "") << server.log();
+  EXPECT_EQ(killed.finish_reason, "length");
+  EXPECT_EQ(killed.text, ref.text);
+  EXPECT_EQ(testing::metric_value(port, "moe:recoveries_total"), 1) << server.log();
+  EXPECT_EQ(server.terminate(), 0) << server.log();
 }
 
 }  // namespace

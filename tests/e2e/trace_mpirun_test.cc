@@ -100,6 +100,46 @@ TEST(TraceMpirun, GenerateWritesOneMergedTraceThatSummarizes) {
   EXPECT_NE(bad_max.output.find("--trace-max-events must be >= 1"), std::string::npos) << bad_max.output;
 }
 
+// The hierarchical exchange (4 ranks as 2 nodes of 2) is traced too: spans, and per-link
+// bytes that follow its two stages. Rank 0 sends across nodes only to its gateway in node
+// 1 (rank 2, the same local index) and within its node to rank 1 (and keeps rows for
+// itself): never to rank 3, which the flat exchange would reach directly. Rank 0's
+// counters add up to the bytes its run reports.
+TEST(TraceMpirun, HierarchicalExchangeBytesFollowItsTwoStages) {
+  const std::string dir = testing::make_temp_dir("trace_hier");
+  const std::string trace = dir + "/hier.json";
+  auto r = run_command("timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 " + moe_binary() +
+                       " generate --ep 4 --ranks-per-node 2 --a2a-mode hierarchical --max-tokens 6 --temperature 0"
+                       " --threads 1 --format json --prompt " +
+                       testing::sh_quote("KING HENRY IV:\nSo shaken as we are, so wan with care,") + " --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json doc = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
+  ASSERT_TRUE(doc.is_object() && doc["traceEvents"].is_array());
+  std::map<int, std::map<int, int64_t>> sent;  // pid -> peer -> cumulative bytes (last counter value)
+  std::map<std::string, int> rank0_spans;
+  for (const auto& e : doc["traceEvents"]) {
+    const std::string name = e["name"];
+    if (e["ph"] == "C" && name.rfind("bytes to rank ", 0) == 0) {
+      sent[e["pid"].get<int>()][std::atoi(name.c_str() + 14)] = e["args"]["bytes"].get<int64_t>();
+    }
+    if (e["ph"] == "X" && e["pid"] == 0) ++rank0_spans[name];
+  }
+  EXPECT_GT(rank0_spans["dispatch"], 0);
+  EXPECT_GT(rank0_spans["combine"], 0);
+  EXPECT_GT(rank0_spans["wait"], 0);
+  EXPECT_GT(sent[0][2], 0);
+  EXPECT_GT(sent[0][1], 0);
+  EXPECT_EQ(sent[0].count(3) ? sent[0][3] : 0, 0);
+  EXPECT_EQ(sent[1].count(2) ? sent[1][2] : 0, 0);  // rank 1's gateway in node 1 is rank 3
+  EXPECT_GT(sent[1][3], 0);
+  int64_t total = 0;
+  for (const auto& [peer, bytes] : sent[0]) total += bytes;
+  const size_t json_at = r.output.find("{\"prompt_token_ids\"");
+  ASSERT_NE(json_at, std::string::npos) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(json_at, r.output.find('\n', json_at) - json_at));
+  EXPECT_EQ(total, j["ep"]["bytes_sent"].get<int64_t>());
+}
+
 TEST(TraceMpirun, SuperviseRefusesTrace) {
   auto r = run_command(moe_binary() + " serve --supervise --trace /tmp/never-written.json");
   EXPECT_NE(r.exit_code, 0);

@@ -210,7 +210,8 @@ int generate_on_rank0(const GenerateFlags& f, Engine& engine_ref, int num_ranks,
     j["finish_reason"] = r.finish_reason;
     if (expert_parallel) {  // rank 0's exchange timings (issue 18: the overlap's hidden fraction)
       const Engine::EpStats ep = engine->ep_stats();
-      j["ep"] = {{"comm_wait_seconds", ep.comm_wait_seconds},
+      j["ep"] = {{"bytes_sent", ep.bytes_sent},
+                 {"comm_wait_seconds", ep.comm_wait_seconds},
                  {"exchange_seconds", ep.exchange_seconds},
                  {"compute_seconds", ep.compute_seconds},
                  {"comm_overlap_ratio", ep.comm_overlap_ratio}};

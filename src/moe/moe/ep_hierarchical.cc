@@ -6,6 +6,7 @@
 
 #include "moe/core/check.h"
 #include "moe/core/clock.h"
+#include "moe/moe/ep_trace.h"
 #include "moe/moe/ep_wire.h"
 #include "moe/placement/replica_choice.h"
 
@@ -75,6 +76,7 @@ struct Wire {
   int64_t hidden;
   int top_k;
   bool bf16;
+  int layer;  // for the trace and the per-link byte counters
   size_t act_bytes() const { return static_cast<size_t>(hidden) * (bf16 ? 2 : 4); }
   size_t row_bytes() const { return act_bytes() + static_cast<size_t>(top_k) * (sizeof(int) + sizeof(float)); }
 
@@ -86,6 +88,7 @@ struct Wire {
 Status exchange_rows(Communicator& comm, const Wire& wire, StageRows& s, const std::function<const float*(int)>& act,
                      HierWorkspace* ws, std::vector<float>* recv_x, std::vector<int>* recv_e,
                      std::vector<float>* recv_w, EpTimings* timings) {
+  TraceSpan span(timings ? timings->trace : nullptr, TraceName::kDispatch, wire.layer);
   const int R = comm.size();
   s.recv_count.assign(static_cast<size_t>(R), 0);
   MOE_RETURN_IF_ERROR(comm.alltoall_int64(s.send_count.data(), s.recv_count.data()));
@@ -110,9 +113,12 @@ Status exchange_rows(Communicator& comm, const Wire& wire, StageRows& s, const s
   const double t0 = now_seconds();
   MOE_RETURN_IF_ERROR(comm.alltoallv(send, sb, recv, rbytes));
   if (timings) {
-    timings->comm_wait_seconds += now_seconds() - t0;
-    timings->exchange_seconds += now_seconds() - t0;
+    const double t1 = now_seconds();
+    timings->comm_wait_seconds += t1 - t0;
+    timings->exchange_seconds += t1 - t0;
     timings->bytes_sent += static_cast<int64_t>(rows * rb);
+    add_link_bytes(timings, wire.layer, sb, rbytes);
+    trace_wait(*timings, {wire.layer, 0, TraceExchange::kDispatch, t0, t0, t1});
   }
   float* rx = grow(*recv_x, static_cast<size_t>(s.num_recv * wire.hidden));
   int* re = grow(*recv_e, static_cast<size_t>(s.num_recv * wire.top_k));
@@ -131,6 +137,7 @@ Status exchange_rows(Communicator& comm, const Wire& wire, StageRows& s, const s
 // ([s.num_recv, hidden]) and adds what comes back into acc[s.src_row[i]].
 Status combine_back(Communicator& comm, const Wire& wire, const StageRows& s, const float* rows_back, float* acc,
                     HierWorkspace* ws, EpTimings* timings) {
+  TraceSpan span(timings ? timings->trace : nullptr, TraceName::kCombine, wire.layer);
   const int R = comm.size();
   const size_t ab = wire.act_bytes();
   std::vector<size_t> sb(static_cast<size_t>(R)), rbytes(static_cast<size_t>(R));
@@ -145,9 +152,12 @@ Status combine_back(Communicator& comm, const Wire& wire, const StageRows& s, co
   const double t0 = now_seconds();
   MOE_RETURN_IF_ERROR(comm.alltoallv(send, sb, recv, rbytes));
   if (timings) {
-    timings->comm_wait_seconds += now_seconds() - t0;
-    timings->exchange_seconds += now_seconds() - t0;
+    const double t1 = now_seconds();
+    timings->comm_wait_seconds += t1 - t0;
+    timings->exchange_seconds += t1 - t0;
     timings->bytes_sent += static_cast<int64_t>(s.num_recv) * static_cast<int64_t>(ab);
+    add_link_bytes(timings, wire.layer, sb, rbytes);
+    trace_wait(*timings, {wire.layer, 0, TraceExchange::kCombine, t0, t0, t1});
   }
   float* row = grow(ws->row, static_cast<size_t>(wire.hidden));
   for (size_t i = 0; i < rows; ++i) {
@@ -174,7 +184,7 @@ Status ep_hierarchical_forward(const MoeLayerArgs& args, const TopkRoutingView& 
   const ExpertPlacement& placement = ctx.placement;
   const int R = comm.size(), me = comm.rank(), my_node = comm.node_of(me);
   const int k = config.router.top_k, E = config.router.num_experts;
-  const Wire wire{config.hidden_size, k, ctx.options.a2a_bf16};
+  const Wire wire{config.hidden_size, k, ctx.options.a2a_bf16, ctx.layer_id};
   const Topology topo = make_topology(comm);
   if (k > kMaxTopK) return invalid_argument("top_k " + std::to_string(k) + " exceeds " + std::to_string(kMaxTopK));
   if (timings) ++timings->calls;
@@ -343,7 +353,11 @@ Status ep_hierarchical_forward(const MoeLayerArgs& args, const TopkRoutingView& 
   float* y = grow(ws->y, static_cast<size_t>(s2.num_recv * wire.hidden));
   const MoeLayerArgs rows_args = MoeLayerArgs::f32(config, args.layer, ws->recv_x.data(), s2.num_recv, y);
   grouped_expert_ffn(rows_args, TopkRoutingView{ws->recv_e.data(), ws->recv_w.data(), s2.num_recv, k}, &ws->experts);
-  if (timings) timings->compute_seconds += now_seconds() - tc;
+  if (timings) {
+    const double t1 = now_seconds();
+    timings->compute_seconds += t1 - tc;
+    if (timings->trace) timings->trace->span(TraceName::kExpertCompute, wire.layer, tc, t1);
+  }
   float* gout = grow(ws->gw_out, static_cast<size_t>(G * wire.hidden));
   std::memset(gout, 0, static_cast<size_t>(G * wire.hidden) * sizeof(float));
   MOE_RETURN_IF_ERROR(combine_back(comm, wire, s2, y, gout, ws, timings));
