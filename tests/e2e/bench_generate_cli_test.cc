@@ -142,6 +142,17 @@ TEST(BenchGenerateCliTest, KernelAndWeightListsInterleaved) {
   EXPECT_EQ(find_row(r.output, {"1", "auto+int8/avx2+native"}).size(), 4u);
 }
 
+// --hugepages takes a list the same way (weights in huge pages against the mapped files).
+TEST(BenchGenerateCliTest, HugePagesListInterleaved) {
+  auto r = bench_stdout("--model " + sh_quote(tiny_model_dir()) + " --threads 1 --repeats 1 --hugepages off,on" + kQuick);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "variants (kernels+weights+hugepages): hugepages-off, hugepages-on");
+  EXPECT_EQ(find_row(r.output, {"1", "hugepages-on/hugepages-off"}).size(), 4u);
+  const auto bad = bench_all("--model " + sh_quote(tiny_model_dir()) + " --repeats 1 --hugepages sometimes" + kQuick);
+  EXPECT_EQ(bad.exit_code, 2);  // a usage error, refused by the flag's own check
+  EXPECT_CONTAINS(bad.output, "--hugepages: sometimes not in {auto,on,off}");
+}
+
 TEST(BenchGenerateCliTest, BadKernelOrWeightNamesRefusedByName) {
   const std::string tiny = "--model " + sh_quote(tiny_model_dir()) + " --repeats 1" + kQuick;
   expect_error_exit(bench_all(tiny + " --kernels avx2,avx9"), {"kernels 'avx9' is not one of auto, avx2, avx512"});

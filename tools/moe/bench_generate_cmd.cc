@@ -165,7 +165,8 @@ int run_bench(const BenchFlags& f) {
     std::string list;
     for (const std::string& l : labels) list += (list.empty() ? "" : ", ") + l;
     std::printf("variants (%s): %s (interleaved within each repeat)\n",
-                mla ? "mla path+kernels+weights+hugepages" : "kernels+weights+hugepages", list.c_str());
+                (std::string(mla ? "mla path+" : "") + "kernels+weights" + (multi_h ? "+hugepages" : "")).c_str(),
+                list.c_str());
   }
   const char* column = multi_k || multi_w || multi_h ? "variant" : "mla path";
   std::printf("\n");
