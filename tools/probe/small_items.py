@@ -137,7 +137,7 @@ def main():
             ("/v1/completions", dict(base, prompt=long_prompt), "prompt"),
             ("/v1/chat/completions", {"model": name, "max_tokens": 8,
                                       "messages": [{"role": "user", "content": long_prompt}]}, "messages"),
-            ("/v1/completions", dict(base, top_k=-1), "top_k"),
+            ("/v1/completions", dict(base, top_k=-2), "top_k"),  # -1 is valid (no top-k)
             ("/v1/completions", dict(base, top_p=0), "top_p"),
         ]
         for path, req, param in probes:
