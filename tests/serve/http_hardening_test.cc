@@ -3,7 +3,7 @@
 // deadline, the per-client connection cap, keep-alive and pipelining through the gate,
 // a POST without Content-Length answered at once, byte-length rejection before
 // tokenizing, rejected requests counted by the rate limiter, and `param` on engine
-// errors. Against FakeService (tests/serve/fake_service.h).
+// errors, and the gate's counters on /metrics. Against FakeService (tests/serve/fake_service.h).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -233,6 +233,49 @@ TEST_F(HttpHardeningTest, KeepAliveAndPipeliningThroughTheGate) {
     for (size_t pos = got.find("200 OK"); pos != std::string::npos; pos = got.find("200 OK", pos + 1)) ++answers;
   }
   EXPECT_EQ(answers, 3u) << got;
+}
+
+// The gate's counters on /metrics: with a cap of 2 per client, 2 slow heads closed at the
+// head deadline, a 3rd connection refused, and a kept-alive connection closed when idle;
+// every count is the number of connections this test made of that kind.
+TEST_F(HttpHardeningTest, GateCountersOnMetrics) {
+  ServerOptions o;
+  o.max_connections_per_client = 2;
+  o.header_timeout_seconds = 0.4;
+  o.keep_alive_timeout_seconds = 1;
+  start(o);
+  auto metric = [](const std::string& text, const std::string& series) -> double {
+    const size_t at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  };
+  {
+    Raw a(server_->port()), b(server_->port());
+    ASSERT_TRUE(a.send("GET /health HTTP/1.1\r\n"));
+    ASSERT_TRUE(b.send("GET /health HTTP/1.1\r\n"));
+    Raw third(server_->port());  // the client's 3rd: refused
+    EXPECT_NE(third.read_until("", 3).find("429"), std::string::npos);
+    bool closed_a = false, closed_b = false;
+    a.read_until("", 3, &closed_a);  // the head deadline closes both
+    b.read_until("", 3, &closed_b);
+    EXPECT_TRUE(closed_a && closed_b);
+  }
+  {
+    Raw kept(server_->port());  // served, then idle: closed after the keep-alive timeout
+    ASSERT_TRUE(kept.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+    bool closed = false;
+    EXPECT_NE(kept.read_until("", 4, &closed).find("200 OK"), std::string::npos);
+    EXPECT_TRUE(closed);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the gate's count of the close
+  auto r = client()->Get("/metrics");
+  ASSERT_TRUE(r);
+  const std::string& m = r->body;
+  EXPECT_EQ(metric(m, "moe:http_connections_refused_total{reason=\"per_client_cap\"}"), 1) << m;
+  EXPECT_EQ(metric(m, "moe:http_connections_closed_total{reason=\"header_timeout\"}"), 2) << m;
+  EXPECT_EQ(metric(m, "moe:http_connections_closed_total{reason=\"keep_alive_idle\"}"), 1) << m;
+  EXPECT_EQ(metric(m, "moe:http_connections_admitted_total"), 4) << m;  // a, b, kept, this one
+  EXPECT_EQ(metric(m, "moe:http_connections_waiting"), 0) << m;
 }
 
 // Issue 17: a POST with no body and no Content-Length waited 10 s (the read timeout)

@@ -211,7 +211,9 @@ void ConnectionGate::stop() {
 
 ConnectionGate::Counters ConnectionGate::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
+  Counters c = counters_;
+  c.waiting = waiting_.size();
+  return c;
 }
 
 size_t ConnectionGate::waiting() const {

@@ -65,6 +65,7 @@ class ConnectionGate {
     uint64_t head_timeouts = 0;        // closed: no whole request head in time
     uint64_t idle_closed = 0;          // kept-alive connections closed after keep_alive_timeout
     uint64_t refused_per_client = 0;   // closed: over max_connections_per_client
+    uint64_t waiting = 0;              // connections waiting here now (waiting())
   };
   Counters counters() const;
   size_t waiting() const;  // connections waiting here now

@@ -186,6 +186,7 @@ void HttpServer::Impl::install_routes() {
     res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    metrics.set_connection_gate(svr.gate_counters());
     res.set_content(metrics.render(service.snapshot()), "text/plain; version=0.0.4; charset=utf-8");
   });
   // Another method on a known path: 405 with Allow.

@@ -198,6 +198,28 @@ ServerMetrics::ServerMetrics() {
                     "Time rank 0's expert-parallel exchanges took from issue to completion (0 without EP).");
   registry_.gauge("moe:comm_overlap_ratio",
                   "Fraction of the all-to-all time hidden behind expert compute: 1 - wait / exchange (--ep-overlap).");
+  // The connection gate against slow clients (connection_gate.h; issue 17).
+  registry_.counter("moe:http_connections_admitted_total", "Connections accepted and admitted to the connection gate.");
+  registry_.counter("moe:http_connections_refused_total",
+                    "Connections refused at accept (429, closed): per_client_cap = over --max-connections-per-client.",
+                    {{"reason", "per_client_cap"}});
+  registry_.counter("moe:http_connections_closed_total",
+                    "Connections closed by the gate: header_timeout = no whole request head within --header-timeout; "
+                    "keep_alive_idle = kept alive and idle past the keep-alive timeout.",
+                    {{"reason", "header_timeout"}});
+  registry_.counter("moe:http_connections_closed_total", "", {{"reason", "keep_alive_idle"}});
+  registry_.gauge("moe:http_connections_waiting", "Connections waiting in the gate for a whole request head now.");
+}
+
+void ServerMetrics::set_connection_gate(const ConnectionGate::Counters& gate) {
+  registry_.counter("moe:http_connections_admitted_total", "").set(static_cast<double>(gate.admitted));
+  registry_.counter("moe:http_connections_refused_total", "", {{"reason", "per_client_cap"}})
+      .set(static_cast<double>(gate.refused_per_client));
+  registry_.counter("moe:http_connections_closed_total", "", {{"reason", "header_timeout"}})
+      .set(static_cast<double>(gate.head_timeouts));
+  registry_.counter("moe:http_connections_closed_total", "", {{"reason", "keep_alive_idle"}})
+      .set(static_cast<double>(gate.idle_closed));
+  registry_.gauge("moe:http_connections_waiting", "").set(static_cast<double>(gate.waiting));
 }
 
 void ServerMetrics::count_http(const std::string& endpoint, int status) {

@@ -21,6 +21,14 @@
 //   moe:adaptive_k_tokens_total / moe:adaptive_k_shed_total   counters, adaptive top-k: token
 //                                                          routings that shed experts, assignments shed
 //   moe:requeued_assignments_total                        counter, adaptive_requeue second-round runs
+//   moe:http_connections_admitted_total                   counter, connections the gate took in
+//   moe:http_connections_refused_total{reason}            counter, refused at accept: "per_client_cap"
+//                                                          (--max-connections-per-client; 429, closed)
+//   moe:http_connections_closed_total{reason}             counter, closed by the gate: "header_timeout"
+//                                                          (no whole request head within --header-timeout),
+//                                                          "keep_alive_idle" (idle past the keep-alive timeout)
+//   moe:http_connections_waiting                          gauge, connections waiting in the gate for a head
+//                                                          (connection_gate.h; issue 17)
 //
 // And vLLM's names (prefix "vllm:", label model_name = the served model name), so that
 // vLLM's Grafana dashboard (examples/observability/prometheus_grafana/grafana.json)
@@ -52,6 +60,7 @@
 #include <string>
 
 #include "moe/generation_service.h"
+#include "moe/serve/connection_gate.h"
 #include "moe/serve/prometheus.h"
 
 namespace moe::serve {
@@ -74,6 +83,8 @@ class ServerMetrics {
   Histogram& ttft() { return *ttft_; }
   Histogram& inter_token() { return *itl_; }
   Histogram& e2e() { return *e2e_; }
+  // Mirrors the connection gate's counters (ConnectionGate::counters(), cumulative).
+  void set_connection_gate(const ConnectionGate::Counters& gate);
   // Copies the engine's counters in, then renders the whole registry.
   std::string render(const ServiceSnapshot& snapshot);
   MetricsRegistry& registry() { return registry_; }
