@@ -5,6 +5,10 @@
 // tokens per step = prompt tokens + decode steps); a CORS preflight is answered; the
 // flags are documented in --help.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
@@ -66,11 +70,25 @@ TEST_P(ServeOpsTest, TokenizeDetokenizeMetricsAndCors) {
   }
   post_json(c, "/detokenize", {{"tokens", {1, 2048}}}, 400);  // the vocabulary is 2048
 
-  auto scraped = c.Get("/metrics");
-  ASSERT_TRUE(scraped && scraped->status == 200);
-  const auto m = parse_exposition(scraped->body);
   const std::map<std::string, std::string> model{{"model_name", "tiny-mixtral-shakespeare"}};
   const double n = static_cast<double>(requests.size());
+  // A reply can reach the client before the step that produced its last token is in the
+  // engine's counters (and, supervised, before the worker's counters reach the front end):
+  // scrape until the token counters are complete, for up to 10 s.
+  std::string body;
+  for (int i = 0; i < 200; ++i) {
+    auto scraped = c.Get("/metrics");
+    ASSERT_TRUE(scraped && scraped->status == 200);
+    body = scraped->body;
+    const auto now = parse_exposition(body);
+    if (now.value("vllm:generation_tokens_total", model) >= gen_sum &&
+        now.value("vllm:iteration_tokens_total_sum", model) >= prompt_sum + gen_sum - n &&
+        now.value("vllm:iteration_tokens_total_count", model) == now.value("moe:engine_steps_total")) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const auto m = parse_exposition(body);
   EXPECT_EQ(m.value("vllm:request_success_total", {{"model_name", "tiny-mixtral-shakespeare"},
                                                    {"finished_reason", "length"}}), n);
   EXPECT_EQ(m.value("vllm:request_prompt_tokens_sum", model), prompt_sum);
