@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The quality cost of an engine option such as --weights int8 (issue 18): against the
+"""The quality cost of an engine option such as --weights int8 or --kv-dtype bf16 (issue 18): against the
 first variant (default: --weights native),
   1. mean NLL and perplexity on held-out Tiny Shakespeare, every prompt token scored by
      the engine itself through `moe serve`'s completions with echo + logprobs (windows
@@ -64,10 +64,12 @@ def nll_scores(moe, model, flags, text, windows, threads):
     try:
         ids = post(port, "/tokenize", {"prompt": text, "add_special_tokens": False})["tokens"]
         bos = post(port, "/tokenize", {"prompt": "", "add_special_tokens": True})["tokens"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=60) as r:
+            model_id = json.loads(r.read())["data"][0]["id"]  # the server refuses another name (404)
         lps = []
         for w in range(min(windows, len(ids) // (WINDOW - 1))):
             prompt = bos + ids[w * (WINDOW - 1):(w + 1) * (WINDOW - 1)]
-            r = post(port, "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": 1, "echo": True,
+            r = post(port, "/v1/completions", {"model": model_id, "prompt": prompt, "max_tokens": 1, "echo": True,
                                                "logprobs": 0, "temperature": 0})
             lps += r["choices"][0]["logprobs"]["token_logprobs"][1:len(prompt)]
         return lps
