@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "serve/metrics_text.h"
@@ -164,13 +166,26 @@ TEST(TraceMpirun, ServeMetricsLinkBytesEqualTheTrace) {
   ASSERT_GT(server.port(), 0) << server.log();
   EXPECT_EQ(testing::stream_completion("127.0.0.1", server.port(), "ROMEO:", 8).status, 200);
   httplib::Client cli("127.0.0.1", server.port());
-  auto res = cli.Get("/metrics");
-  ASSERT_TRUE(res && res->status == 200);
-  const serve::testing::Exposition m = serve::testing::parse_exposition(res->body);
+  // A reply can reach the client before the step that produced its last token is in the
+  // engine's counters: scrape until the tokens are counted and every step is in, for up to
+  // 10 s (the trace, read after the server ends, has all steps).
+  std::string body;
+  for (int i = 0; i < 200; ++i) {
+    auto res = cli.Get("/metrics");
+    ASSERT_TRUE(res && res->status == 200);
+    body = res->body;
+    const auto now = serve::testing::parse_exposition(body);
+    if (now.value("vllm:generation_tokens_total") >= 8 &&
+        now.value("vllm:iteration_tokens_total_count") == now.value("moe:engine_steps_total")) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const serve::testing::Exposition m = serve::testing::parse_exposition(body);
   const double b01 = m.value("moe:ep_link_bytes_total", {{"src", "0"}, {"dst", "1"}});
   const double b10 = m.value("moe:ep_link_bytes_total", {{"src", "1"}, {"dst", "0"}});
   const double b00 = m.value("moe:ep_link_bytes_total", {{"src", "0"}, {"dst", "0"}});
-  EXPECT_GT(b01, 0) << res->body;
+  EXPECT_GT(b01, 0) << body;
   EXPECT_GT(b10, 0);
   EXPECT_GT(b00, 0);
   EXPECT_EQ(m.types.at("moe:ep_link_bytes_total"), "counter");

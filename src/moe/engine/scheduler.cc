@@ -129,6 +129,9 @@ struct Scheduler::State {
   // DP-attention: the group with the fewest running sequences (the lowest on a tie).
   int least_loaded_dp_group() const;
   void publish();
+  // publish() with snap_mu held (a step's counters and its EP bytes change in one update,
+  // so no scrape sees one without the other).
+  void publish_locked();
   // Copies the EP session's failover counters and the lost experts into the snapshot.
   void record_failover();
 };
@@ -529,6 +532,7 @@ Status Scheduler::State::step() {
   snap.iteration_tokens_sum += used;
   snap.prompt_tokens_total += prompt_tokens;
   snap.generation_tokens_total += generated;
+  publish_locked();
   return ok_status();
 }
 
@@ -546,6 +550,10 @@ void Scheduler::State::record_failover() {
 
 void Scheduler::State::publish() {
   std::lock_guard<std::mutex> lock(snap_mu);
+  publish_locked();
+}
+
+void Scheduler::State::publish_locked() {
   snap.running = static_cast<int>(running.size());
   snap.waiting = static_cast<int>(waiting.size());
   snap.kv_blocks_used = allocator->total_blocks() - allocator->free_blocks();
