@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev      # GEMM (sgemm), OpenMP build
+  libdnnl-dev                 # oneDNN: bf16 prefill GEMM (--matmul-precision medium)
   libsentencepiece-dev        # tokenizer (tokenizer.model)
   libpcre2-dev libutf8proc-dev  # tokenizer.json: pre-tokenizer regexes, NFC normalization
   libxxhash-dev               # checksums / model fingerprints / store shard hashes

@@ -177,6 +177,15 @@ struct EngineOptions {
   // backs guest memory lazily (docs/performance.md).
   // Another name is InvalidArgument from Engine::open.
   std::string hugepages = "auto";
+  // Precision of the prefill matmuls (GEMM, more than 4 tokens per call) on bf16 weights,
+  // named as torch.set_float32_matmul_precision: "highest" (default: activations stay
+  // f32, OpenBLAS sgemm on weight blocks converted to f32) or "medium" (activations
+  // rounded to bf16, oneDNN's AVX-512 BF16 matmul; ~2x faster prefill, ~2^-9 relative
+  // error per activation, as llama.cpp's bf16 matmul). Decode (GEMV) is exact either way.
+  // "medium" is InvalidArgument from Engine::open unless kernels resolve to avx512-bf16,
+  // batch_invariant is false (the batch-invariant kernels run no GEMM), weights is
+  // "native" and the checkpoint holds bf16 matrices.
+  std::string matmul_precision = "highest";
 };
 
 // The overflow policy Engine::open applies: options.overflow_policy when set, else

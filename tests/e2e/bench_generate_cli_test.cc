@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "contains_util.h"
+#include "moe/ops/kernel_isa.h"
 #include "test_util.h"
 
 namespace moe {
@@ -151,6 +152,24 @@ TEST(BenchGenerateCliTest, HugePagesListInterleaved) {
   const auto bad = bench_all("--model " + sh_quote(tiny_model_dir()) + " --repeats 1 --hugepages sometimes" + kQuick);
   EXPECT_EQ(bad.exit_code, 2);  // a usage error, refused by the flag's own check
   EXPECT_CONTAINS(bad.output, "--hugepages: sometimes not in {auto,on,off}");
+}
+
+// --matmul-precision takes a list the same way (bf16 prefill GEMM against sgemm), where
+// the CPU has AVX512_BF16; elsewhere medium is refused naming the kernels.
+TEST(BenchGenerateCliTest, MatmulPrecisionListInterleaved) {
+  const std::string tiny = "--model " + sh_quote(tiny_model_dir()) + " --threads 1 --repeats 1" + kQuick;
+  auto r = bench_stdout(tiny + " --matmul-precision highest,medium");
+  if (!cpu_supports(KernelIsa::kAvx512Bf16)) {
+    expect_error_exit(bench_all(tiny + " --matmul-precision highest,medium"),
+                      {"--matmul-precision medium: matmul_precision 'medium' (bf16 prefill GEMM) needs the avx512-bf16"});
+    GTEST_SKIP() << "no AVX512_BF16: only the refusal was checked";
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "variants (kernels+weights+matmul): matmul-highest, matmul-medium");
+  EXPECT_EQ(find_row(r.output, {"1", "matmul-medium/matmul-highest"}).size(), 4u);
+  const auto bad = bench_all(tiny + " --matmul-precision low");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_CONTAINS(bad.output, "--matmul-precision: low not in {highest,medium}");
 }
 
 TEST(BenchGenerateCliTest, BadKernelOrWeightNamesRefusedByName) {

@@ -13,6 +13,8 @@
 #        /work/models/bench-mixtral-579m /work/gguf/bench579m 5
 #   env MOE_ARGS: extra flags for moe bench generate (e.g. "--kernels avx2" against a llama.cpp
 #   built with GGML_NATIVE=OFF GGML_AVX2=ON GGML_AVX512=OFF: an AVX2-only CPU's code paths)
+#   env MOE_BF16_ARGS: extra flags for the bf16 (native) runs only, e.g. "--matmul-precision
+#   medium": bf16 activations in prefill, as llama.cpp's bf16 matmul rounds them too
 set -euo pipefail
 llama=$1 moe=$2 model=$3 gguf=$4 rounds=$5
 threads=${6:-"1 2"} prompt=${7:-256} gen=${8:-64}
@@ -22,7 +24,9 @@ llama_ts() {  # model threads extra-args...
     python3 -c 'import csv,sys; r=list(csv.DictReader(sys.stdin)); print(r[-1]["avg_ts"])'
 }
 moe_row() {  # threads weights -> "prefill decode bound" (medians of 1 repeat, bound from the probe)
-  "$moe" bench generate --model "$model" --threads "$1" --weights "$2" ${MOE_ARGS:-} --prompt-tokens "$prompt" \
+  local extra=${MOE_ARGS:-}
+  [ "$2" = native ] && extra="$extra ${MOE_BF16_ARGS:-}"
+  "$moe" bench generate --model "$model" --threads "$1" --weights "$2" $extra --prompt-tokens "$prompt" \
     --gen-tokens "$gen" --repeats 1 --bw-buffer-mb 256 2> /dev/null |
     awk '/prefill min/ {getline; getline; p=$3; d=$5} /bound tok\/s/ {getline; b=$3} END {print p, d, b}'
 }

@@ -39,17 +39,20 @@ struct BenchFlags {
   std::vector<std::string> kernels = {"auto"};
   std::vector<std::string> weights = {"native"};
   std::vector<std::string> hugepages = {"auto"};  // EngineOptions::hugepages, a list as --kernels
+  std::vector<std::string> precisions = {"highest"};  // EngineOptions::matmul_precision, a list as --kernels
 };
 
 // One engine of the comparison: an MLA path, a kernel path and a weight format. Its
 // label joins the dimensions that vary (the MLA path always for MLA models): one word.
 struct Variant {
-  std::string mla, kernels, weights, hugepages;
-  std::string label(bool with_mla, bool with_kernels, bool with_weights, bool with_hugepages) const {
+  std::string mla, kernels, weights, hugepages, precision;
+  std::string label(bool with_mla, bool with_kernels, bool with_weights, bool with_hugepages,
+                    bool with_precision) const {
     std::string s = with_mla ? mla : "";
     if (with_kernels) s += (s.empty() ? "" : "+") + kernels;
     if (with_weights) s += (s.empty() ? "" : "+") + weights;
     if (with_hugepages) s += (s.empty() ? "" : "+") + ("hugepages-" + hugepages);
+    if (with_precision) s += (s.empty() ? "" : "+") + ("matmul-" + precision);
     return s;
   }
 };
@@ -123,7 +126,8 @@ int run_bench(const BenchFlags& f) {
   for (const std::string& path : f.mla_paths)
     for (const std::string& k : f.kernels)
       for (const std::string& w : f.weights)
-        for (const std::string& h : f.hugepages) variants.push_back({path, k, w, h});
+        for (const std::string& h : f.hugepages)
+          for (const std::string& p : f.precisions) variants.push_back({path, k, w, h, p});
   std::vector<std::unique_ptr<Engine>> engines;  // one per variant (fixed at open)
   for (const Variant& v : variants) {
     EngineOptions eo{.model_dir = model_dir};
@@ -132,12 +136,14 @@ int run_bench(const BenchFlags& f) {
     eo.kernels = v.kernels;
     eo.weights = v.weights;
     eo.hugepages = v.hugepages;
+    eo.matmul_precision = v.precision;
     eo.fp8_mode = f.fp8 == "dequant" ? Fp8Mode::kDequant : Fp8Mode::kNative;
     eo.kv_dtype = f.kv_dtype;
     if (engines.empty()) eo.trace_path = f.trace;  // the first path's runs
     auto engine_or = Engine::open(eo);
     if (!engine_or.ok()) {
-      return fail("--kernels " + v.kernels + " --weights " + v.weights + " --hugepages " + v.hugepages + ": " +
+      return fail("--kernels " + v.kernels + " --weights " + v.weights + " --hugepages " + v.hugepages +
+                  " --matmul-precision " + v.precision + ": " +
                   engine_or.status().message());
     }
     engines.push_back(std::move(engine_or).value());
@@ -152,23 +158,24 @@ int run_bench(const BenchFlags& f) {
   std::printf("prompt %d tokens, %d generated tokens, %d repeats (+1 warm-up)\n", f.prompt_tokens, f.gen_tokens,
               f.repeats);
   std::printf("%s\n", kernel_summary().c_str());
-  const bool multi_k = f.kernels.size() > 1, multi_w = f.weights.size() > 1, multi_h = f.hugepages.size() > 1;
+  const bool multi_k = f.kernels.size() > 1, multi_w = f.weights.size() > 1, multi_h = f.hugepages.size() > 1,
+             multi_p = f.precisions.size() > 1;
   const bool labelled = mla || variants.size() > 1;
   std::vector<std::string> labels;
-  for (const Variant& v : variants) labels.push_back(v.label(mla, multi_k, multi_w, multi_h));
+  for (const Variant& v : variants) labels.push_back(v.label(mla, multi_k, multi_w, multi_h, multi_p));
   if (mla) {
     std::string list;
     for (const std::string& p : f.mla_paths) list += (list.empty() ? "" : ", ") + p;
     std::printf("multi-head latent attention: %s (interleaved within each repeat)\n", list.c_str());
   }
-  if (multi_k || multi_w || multi_h) {
+  if (multi_k || multi_w || multi_h || multi_p) {
     std::string list;
     for (const std::string& l : labels) list += (list.empty() ? "" : ", ") + l;
     std::printf("variants (%s): %s (interleaved within each repeat)\n",
-                (std::string(mla ? "mla path+" : "") + "kernels+weights" + (multi_h ? "+hugepages" : "")).c_str(),
+                (std::string(mla ? "mla path+" : "") + "kernels+weights" + (multi_h ? "+hugepages" : "") + (multi_p ? "+matmul" : "")).c_str(),
                 list.c_str());
   }
-  const char* column = multi_k || multi_w || multi_h ? "variant" : "mla path";
+  const char* column = multi_k || multi_w || multi_h || multi_p ? "variant" : "mla path";
   std::printf("\n");
 
   // A fixed pseudo-random prompt of ordinary tokens (no BOS/EOS inside).
@@ -306,6 +313,12 @@ RunFn add_bench_generate_command(CLI::App& app) {
                  "a list, as --kernels")
       ->delimiter(',')
       ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--matmul-precision", f->precisions,
+                 "Prefill matmul precisions to measure, from highest (f32 activations, sgemm), medium (bf16 "
+                 "activations, oneDNN's AVX-512 BF16 matmul): a list, as --kernels")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"highest", "medium"}))
       ->capture_default_str();
   app.add_flag("--batch-invariant", f->batch_invariant,
                "Batch-invariant kernels (as `moe serve` uses): GEMV for prefill instead of sgemm");

@@ -477,12 +477,19 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                                                [p](int l, int e) { return &p->expert_store[{l, e}]; });
     MOE_LOG_INFO("weights int8: {} matrices quantised at load (blocks of 32, f32 scales)", n);
   }
+  if (impl->kernel_choice.bf16_gemm) {  // matmul_precision "medium" rounds activations for bf16 weights only
+    const ModelWeights& w = impl->tensor_parallel() ? impl->tp_weights : impl->weights;
+    if (w.lm_head.dtype != DType::kBF16) {
+      return invalid_argument(options.model_dir + ": matmul_precision 'medium' applies to bf16 weights; this "
+                              "model's projections are held in " + dtype_name(w.lm_head.dtype));
+    }
+  }
   MOE_RETURN_IF_ERROR(place_weights_in_huge_pages(impl.get(), options.hugepages));
   MOE_LOG_INFO("{}", describe_kernels(impl->kernel_choice));
   const std::string& dir = options.model_dir;
   DecoderOptions decoder_options;
   decoder_options.ep = impl->ep_comm ? &impl->ep : nullptr;
-  decoder_options.kernel = KernelOptions{options.batch_invariant, impl->kernel_choice.isa};
+  decoder_options.kernel = KernelOptions{options.batch_invariant, impl->kernel_choice.isa, impl->kernel_choice.bf16_gemm};
   if (impl->tensor_parallel()) {
     const ParallelGroups& g = impl->groups;
     decoder_options.tp.comm = g.tp;

@@ -38,6 +38,25 @@ StatusOr<KernelChoice> choose_kernels(const EngineOptions& options, IsaSupportFn
   if (options.hugepages != "auto" && options.hugepages != "on" && options.hugepages != "off") {
     return invalid_argument("hugepages '" + options.hugepages + "' is not one of auto, on, off");
   }
+  if (options.matmul_precision != "highest" && options.matmul_precision != "medium") {
+    return invalid_argument("matmul_precision '" + options.matmul_precision + "' is not one of highest, medium");
+  }
+  c.bf16_gemm = options.matmul_precision == "medium";
+  if (c.bf16_gemm) {
+    const std::string medium = "matmul_precision 'medium' (bf16 prefill GEMM) ";
+    if (c.isa != KernelIsa::kAvx512Bf16) {
+      return invalid_argument(medium + "needs the avx512-bf16 kernels; kernels are " + kernel_isa_name(c.isa) +
+                              " (cpu: " + supported_list(supports) + ")");
+    }
+    if (options.batch_invariant) {
+      return invalid_argument(medium + "has no effect with batch_invariant kernels (they run no GEMM): turn "
+                              "batch_invariant off, or use matmul_precision 'highest'");
+    }
+    if (c.int8_weights) {
+      return invalid_argument(medium + "applies to bf16 weights; weights 'int8' has none (their prefill GEMM "
+                              "dequantises to f32)");
+    }
+  }
   return c;
 }
 
@@ -45,7 +64,7 @@ std::string describe_kernels(const KernelChoice& choice) {
   std::string s = std::string("kernels ") + kernel_isa_name(choice.isa) + " (cpu: " + supported_list();
   if (cpu_has_avx512_vnni()) s += ", vnni";
   s += std::string("; amx: ") + (cpu_has_amx() ? "present, no kernels yet" : "no") + "), weights " +
-       (choice.int8_weights ? "int8" : "native");
+       (choice.int8_weights ? "int8" : "native") + (choice.bf16_gemm ? ", bf16 prefill GEMM (oneDNN)" : "");
   return s;
 }
 

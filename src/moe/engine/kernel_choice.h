@@ -13,10 +13,12 @@ namespace moe {
 struct KernelChoice {
   KernelIsa isa = KernelIsa::kAvx2;  // resolved: never kAuto
   bool int8_weights = false;
+  bool bf16_gemm = false;  // matmul_precision "medium" (KernelOptions::bf16_gemm)
 };
 
-// InvalidArgument naming the option and value for an unknown kernels/weights/hugepages name, or
-// a kernel path this CPU lacks (listing the ones it has).
+// InvalidArgument naming the option and value for an unknown kernels/weights/hugepages/
+// matmul_precision name, a kernel path this CPU lacks (listing the ones it has), or
+// matmul_precision "medium" without the avx512-bf16 kernels, with batch_invariant or int8.
 StatusOr<KernelChoice> choose_kernels(const EngineOptions& options);
 // The same against another CPU's answers (tests: a CPU without AVX-512).
 using IsaSupportFn = bool (*)(KernelIsa);

@@ -18,6 +18,13 @@ struct KernelOptions {
   // The instruction set of the linear kernels (ops/kernel_isa.h); kAuto = the best this
   // CPU has. Must be supported by the CPU (the engine refuses others by name).
   KernelIsa isa = KernelIsa::kAuto;
+  // Prefill GEMMs on bf16 weights round the activations to bf16 (nearest even) and run
+  // oneDNN's AVX-512 BF16 matmul (ops/linear_bf16_gemm.h), f32 accumulation: about 2x
+  // sgemm on converted weights, at ~2^-9 relative error per activation (what llama.cpp's
+  // and PyTorch's bf16 matmuls do; torch.set_float32_matmul_precision("medium")). GEMV
+  // (decode, m <= kGemvMaxTokens, and every call when batch_invariant) is unchanged:
+  // exact in f32. Needs isa == kAvx512Bf16 (callers refuse it otherwise).
+  bool bf16_gemm = false;
 };
 
 }  // namespace moe

@@ -9,6 +9,7 @@
 
 #include "moe/core/check.h"
 #include "moe/ops/blas_threads.h"
+#include "moe/ops/linear_bf16_gemm.h"
 #include "moe/ops/linear_fp8_cpu.h"
 #include "moe/ops/linear_kernels.h"
 
@@ -178,19 +179,29 @@ struct Mode {
   bool invariant;
   bool force_gemm;
   KernelIsa isa;  // resolved (never kAuto)
+  bool bf16_gemm = false;  // KernelOptions::bf16_gemm
 };
+
 
 bool use_gemv(int64_t m, Mode mode) { return !mode.force_gemm && (m <= kGemvMaxTokens || mode.invariant); }
 
+// A GEMM job on bf16 weights in bf16_gemm mode: oneDNN on bf16-rounded x.
+bool uses_bf16_gemm(const LinearJob& job, Mode mode) {
+  return mode.bf16_gemm && !use_gemv(job.m, mode) && job.w->dtype == DType::kBF16;
+}
+
 // GEMV jobs whose kernel reads a prepared activation: int8 weights (q8 x), and bf16
-// weights on AVX512_BF16 (x split in two bf16 parts). Prefill (sgemm) needs none.
+// weights on AVX512_BF16 (x split in two bf16 parts); GEMM jobs in bf16_gemm mode (x_hi:
+// x rounded to bf16). Prefill on sgemm needs none.
 bool needs_prepared_x(const LinearJob& job, Mode mode) {
+  if (uses_bf16_gemm(job, mode)) return true;  // x_hi = bf16(x)
   if (!use_gemv(job.m, mode)) return false;
   return job.w->dtype == DType::kI8 || (mode.isa == KernelIsa::kAvx512Bf16 && job.w->dtype == DType::kBF16);
 }
 
 int64_t block_rows(const LinearJob& job, Mode mode) {
   if (use_gemv(job.m, mode)) return kGemvBlockRows;
+  if (uses_bf16_gemm(job, mode)) return std::max<int64_t>(16, kGemmBlockBytes / (2 * job.w->cols) / 16 * 16);
   const int64_t rows = kGemmBlockBytes / (4 * job.w->cols) / 16 * 16;
   return std::max<int64_t>(16, rows);
 }
@@ -218,6 +229,10 @@ void run_item(const GemvCall& call, int64_t r0, int64_t r1, Mode mode, std::vect
     return;
   }
   const int64_t k = w.cols, rows = r1 - r0;
+  if (uses_bf16_gemm(job, mode)) {
+    gemm_bf16_rows(call.x_hi, job.m, k, reinterpret_cast<const uint16_t*>(w.row(r0)), rows, job.y + r0, w.rows);
+    return;
+  }
   const float* wf;
   if (w.dtype == DType::kF32) {
     wf = reinterpret_cast<const float*>(w.row(r0));
@@ -332,12 +347,13 @@ float dot_row(const float* x, const Weight2D& w, int64_t r) {
 }
 
 void linear_many(const LinearJob* jobs, size_t num_jobs, const KernelOptions& options) {
-  linear_many_impl(jobs, num_jobs, Mode{options.batch_invariant, false, resolve_kernel_isa(options.isa)});
+  linear_many_impl(jobs, num_jobs,
+                   Mode{options.batch_invariant, false, resolve_kernel_isa(options.isa), options.bf16_gemm});
 }
 
 void linear(const float* x, int64_t m, const Weight2D& w, float* y, const KernelOptions& options) {
   const LinearJob job{x, m, &w, y};
-  linear_many_impl(&job, 1, Mode{options.batch_invariant, false, resolve_kernel_isa(options.isa)});
+  linear_many_impl(&job, 1, Mode{options.batch_invariant, false, resolve_kernel_isa(options.isa), options.bf16_gemm});
 }
 
 void linear_gemv(const float* x, int64_t m, const Weight2D& w, float* y, const KernelOptions& options) {

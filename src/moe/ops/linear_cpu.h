@@ -10,8 +10,11 @@
 // AVX512_BF16), chosen at run time; linear_kernels.h has the AVX-512 and int8 kernels.
 // bf16 weights on AVX512_BF16 use vdpbf16ps (no conversion of the weights), int8 ones
 // (kI8 with [1, 32] block scales, "--weights int8") quantise x to q8 per 32-block and
-// use VNNI or AVX2 maddubs. Prefill stays on sgemm for every dtype: a GEMM built from
-// the vdpbf16ps GEMV in token tiles measured 0.35x of sgemm on Zen 4 (performance.md).
+// use VNNI or AVX2 maddubs. Prefill stays on sgemm for every dtype (exact f32
+// activations): a GEMM built from the vdpbf16ps GEMV in token tiles measured 0.35x of
+// sgemm on Zen 4 (performance.md). With KernelOptions::bf16_gemm, prefill on bf16
+// weights rounds x to bf16 and runs oneDNN's bf16 matmul per row block instead
+// (ops/linear_bf16_gemm.h; ~2x sgemm, activations at bf16 precision).
 // Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
 // OpenBLAS sgemm on them, so bf16 weights are never copied whole to f32. FP8 weights
 // (with block scales) take linear_fp8_cpu.h's GEMV, and the same sgemm path on row

@@ -1,0 +1,67 @@
+#include "moe/ops/linear_bf16_gemm.h"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+
+#include "moe/core/check.h"
+
+namespace moe {
+namespace {
+
+using dnnl::memory;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+struct Prepared {
+  memory::desc x, w, y;
+  dnnl::matmul matmul;
+};
+
+// The matmul for one shape, created with one OpenMP thread (its blocking then assumes
+// one thread, whatever the caller's team).
+const Prepared& prepared(int64_t m, int64_t k, int64_t rows, int64_t ldy) {
+  static thread_local std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, Prepared> cache;
+  auto [it, fresh] = cache.try_emplace({m, k, rows, ldy});
+  if (fresh) {
+    Prepared& p = it->second;
+    p.x = memory::desc({m, k}, memory::data_type::bf16, memory::dims{k, 1});
+    p.w = memory::desc({k, rows}, memory::data_type::bf16, memory::dims{1, k});  // w^T: w's rows as columns
+    p.y = memory::desc({m, rows}, memory::data_type::f32, memory::dims{ldy, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p.x, p.w, p.y), cpu_engine());
+    p.matmul = dnnl::matmul(pd);
+  }
+  return it->second;
+}
+
+}  // namespace
+
+void gemm_bf16_rows(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                    int64_t ldy) {
+  MOE_CHECK(m > 0 && k > 0 && rows > 0 && ldy >= rows);
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  try {
+    const Prepared& p = prepared(m, k, rows, ldy);
+    static thread_local dnnl::stream stream(cpu_engine());
+    memory xm(p.x, cpu_engine(), const_cast<uint16_t*>(x));
+    memory wm(p.w, cpu_engine(), const_cast<uint16_t*>(w));
+    memory ym(p.y, cpu_engine(), y);
+    p.matmul.execute(stream, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    std::fprintf(stderr, "oneDNN bf16 matmul [%lld x %lld] x [%lld x %lld]^T failed: %s\n", static_cast<long long>(m),
+                 static_cast<long long>(k), static_cast<long long>(rows), static_cast<long long>(k), e.what());
+    std::abort();
+  }
+  omp_set_num_threads(saved_threads);
+}
+
+}  // namespace moe

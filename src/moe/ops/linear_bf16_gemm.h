@@ -1,0 +1,22 @@
+// Prefill GEMM on bf16 weights with bf16-rounded activations (KernelOptions::
+// bf16_gemm, `--matmul-precision medium`): oneDNN's matmul (Debian libdnnl, its
+// AVX-512 BF16 brgemm kernels: vdpbf16ps, two multiply-adds per f32 lane), f32
+// accumulation and output. Not an API: linear_cpu.cc calls it per row block of w.
+#pragma once
+
+#include <cstdint>
+
+namespace moe {
+
+// y[t, r] = sum_c x[t, c] * w[r, c] for t < m, r < rows, over c < k.
+//   x: [m, k] bf16 (the activations rounded to nearest even), row stride k;
+//   w: [rows, k] bf16, row stride k (a row block of a Weight2D);
+//   y: [m, rows] f32, row stride ldy (>= rows), overwritten.
+// Runs on the calling thread only (OpenMP threads 1 while it runs), so a row's result
+// depends on m, k and the block's rows, never on the thread count. The primitive for a
+// shape is created once per thread and reused. Aborts (MOE_CHECK) if oneDNN refuses
+// the shape or the CPU (callers check cpu_supports(KernelIsa::kAvx512Bf16) first).
+void gemm_bf16_rows(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                    int64_t ldy);
+
+}  // namespace moe
