@@ -8,6 +8,9 @@
 // blocks of [48, 80] (partial edge blocks).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <set>
 
 #include "contains_util.h"
@@ -25,6 +28,17 @@
 
 namespace moe {
 namespace {
+
+// Calls the collective switch_if_ready() until the background load is in on every rank,
+// for up to 20 s (the ranks agree each call, so they leave together): a loaded machine
+// can keep the loader thread off a core for longer than any fixed count of calls.
+Status switch_when_ready(Failover& f) {
+  for (int i = 0; i < 4000 && f.pending(); ++i) {
+    MOE_RETURN_IF_ERROR(f.switch_if_ready());
+    if (f.pending()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return ok_status();
+}
 
 class Fp8ExpertTransferTest : public ::testing::Test {
  protected:
@@ -240,7 +254,7 @@ TEST_F(Fp8ExpertTransferTest, FailoverReloadKeepsScales) {
                       }};
     Failover f(in);
     MOE_RETURN_IF_ERROR(f.on_group_shrunk({0, 1}));
-    for (int i = 0; i < 2000 && f.pending(); ++i) MOE_RETURN_IF_ERROR(f.switch_if_ready());
+    MOE_RETURN_IF_ERROR(switch_when_ready(f));
     EXPECT_FALSE(f.pending());
     for (int l = 0; l < config_.num_hidden_layers; ++l)
       for (int e : {6, 7}) {

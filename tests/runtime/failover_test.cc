@@ -4,6 +4,9 @@
 // One MoE layer of 4 experts; expert loads are fakes that record what they were asked.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <mutex>
 #include <set>
 #include <vector>
@@ -13,6 +16,17 @@
 
 namespace moe {
 namespace {
+
+// Calls the collective switch_if_ready() until the background load is in on every rank,
+// for up to 20 s (the ranks agree each call, so they leave together): a loaded machine
+// can keep the loader thread off a core for longer than any fixed count of calls.
+Status switch_when_ready(Failover& f) {
+  for (int i = 0; i < 4000 && f.pending(); ++i) {
+    MOE_RETURN_IF_ERROR(f.switch_if_ready());
+    if (f.pending()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return ok_status();
+}
 
 ModelConfig one_moe_layer(int top_k) {
   ModelConfig c;
@@ -80,7 +94,7 @@ TEST(Failover, LostExpertIsReReplicatedThenSwitchedTogether) {
     EXPECT_TRUE(f.degraded());
     EXPECT_EQ(f.lost_now(), 1);
     EXPECT_TRUE(r.ep[0].placement.is_lost(3));
-    for (int i = 0; i < 500 && f.pending(); ++i) MOE_RETURN_IF_ERROR(f.switch_if_ready());
+    MOE_RETURN_IF_ERROR(switch_when_ready(f));
     EXPECT_FALSE(f.pending());
     const size_t me = static_cast<size_t>(comm.rank());
     after[me] = r.ep[0].placement;
@@ -115,7 +129,7 @@ TEST(Failover, FailedLoadStaysDegradedOnEveryRank) {
     Rank r(&comm, placement({{0, 1}, {2}, {3}}));
     Failover f(r.inputs(&comm, &config, /*fail_loads=*/true));
     MOE_RETURN_IF_ERROR(f.on_group_shrunk({0, 1}));
-    for (int i = 0; i < 500 && f.pending(); ++i) MOE_RETURN_IF_ERROR(f.switch_if_ready());
+    MOE_RETURN_IF_ERROR(switch_when_ready(f));
     EXPECT_FALSE(f.pending());
     EXPECT_TRUE(f.degraded());
     EXPECT_FALSE(r.layers[0].experts[3].loaded);

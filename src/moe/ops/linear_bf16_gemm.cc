@@ -43,17 +43,17 @@ const Prepared& prepared(int64_t m, int64_t k, int64_t rows, int64_t ldy) {
 
 }  // namespace
 
-void gemm_bf16_rows(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t rows, float* y,
-                    int64_t ldy) {
+void gemm_bf16_rows(const Bf16GemmArgs& a) {
+  const int64_t m = a.m, k = a.k, rows = a.rows, ldy = a.ldy;
   MOE_CHECK(m > 0 && k > 0 && rows > 0 && ldy >= rows);
   const int saved_threads = omp_get_max_threads();
   omp_set_num_threads(1);
   try {
     const Prepared& p = prepared(m, k, rows, ldy);
     static thread_local dnnl::stream stream(cpu_engine());
-    memory xm(p.x, cpu_engine(), const_cast<uint16_t*>(x));
-    memory wm(p.w, cpu_engine(), const_cast<uint16_t*>(w));
-    memory ym(p.y, cpu_engine(), y);
+    memory xm(p.x, cpu_engine(), const_cast<uint16_t*>(a.x));
+    memory wm(p.w, cpu_engine(), const_cast<uint16_t*>(a.w));
+    memory ym(p.y, cpu_engine(), a.y);
     p.matmul.execute(stream, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
     stream.wait();
   } catch (const dnnl::error& e) {

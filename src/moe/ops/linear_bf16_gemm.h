@@ -9,14 +9,19 @@
 namespace moe {
 
 // y[t, r] = sum_c x[t, c] * w[r, c] for t < m, r < rows, over c < k.
-//   x: [m, k] bf16 (the activations rounded to nearest even), row stride k;
-//   w: [rows, k] bf16, row stride k (a row block of a Weight2D);
-//   y: [m, rows] f32, row stride ldy (>= rows), overwritten.
+struct Bf16GemmArgs {
+  const uint16_t* x;  // [m, k] bf16 (the activations rounded to nearest even), row stride k
+  int64_t m, k;
+  const uint16_t* w;  // [rows, k] bf16, row stride k (a row block of a Weight2D)
+  int64_t rows;
+  float* y;           // [m, rows] f32, row stride ldy (>= rows), overwritten
+  int64_t ldy;
+};
+
 // Runs on the calling thread only (OpenMP threads 1 while it runs), so a row's result
 // depends on m, k and the block's rows, never on the thread count. The primitive for a
-// shape is created once per thread and reused. Aborts (MOE_CHECK) if oneDNN refuses
-// the shape or the CPU (callers check cpu_supports(KernelIsa::kAvx512Bf16) first).
-void gemm_bf16_rows(const uint16_t* x, int64_t m, int64_t k, const uint16_t* w, int64_t rows, float* y,
-                    int64_t ldy);
+// shape is created once per thread and reused. Aborts with oneDNN's message if it
+// refuses the shape or the CPU (callers check cpu_supports(KernelIsa::kAvx512Bf16)).
+void gemm_bf16_rows(const Bf16GemmArgs& a);
 
 }  // namespace moe

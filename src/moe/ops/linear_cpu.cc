@@ -230,7 +230,7 @@ void run_item(const GemvCall& call, int64_t r0, int64_t r1, Mode mode, std::vect
   }
   const int64_t k = w.cols, rows = r1 - r0;
   if (uses_bf16_gemm(job, mode)) {
-    gemm_bf16_rows(call.x_hi, job.m, k, reinterpret_cast<const uint16_t*>(w.row(r0)), rows, job.y + r0, w.rows);
+    gemm_bf16_rows({call.x_hi, job.m, k, reinterpret_cast<const uint16_t*>(w.row(r0)), rows, job.y + r0, w.rows});
     return;
   }
   const float* wf;
