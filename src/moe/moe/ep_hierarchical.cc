@@ -324,11 +324,12 @@ void count_issued(const HierCall& c, const std::vector<size_t>& sb, const std::v
   add_link_bytes(c.timings, c.wire.layer, sb, rb);
 }
 
-void count_finished(const HierCall& c, int slot, TraceExchange kind, double issued, double t0, double t1) {
+void count_finished(const HierCall& c, EpWaitRecord w) {
   if (c.timings == nullptr) return;
-  c.timings->comm_wait_seconds += t1 - t0;
-  c.timings->exchange_seconds += t1 - issued;
-  trace_wait(*c.timings, {c.wire.layer, slot, kind, issued, t0, t1});
+  c.timings->comm_wait_seconds += w.t1 - w.t0;
+  c.timings->exchange_seconds += w.t1 - w.issued;
+  w.layer = c.wire.layer;
+  trace_wait(*c.timings, w);
 }
 
 }  // namespace hier_detail
@@ -344,7 +345,7 @@ Status blocking_exchange(const HierCall& c, HierBatch& b, size_t recv_total, Tra
   count_issued(c, b.send_bytes, b.recv_bytes);
   const double t0 = now_seconds();
   MOE_RETURN_IF_ERROR(c.comm().alltoallv(b.send.data(), b.send_bytes, recv, b.recv_bytes));
-  count_finished(c, 0, kind, t0, t0, now_seconds());
+  count_finished(c, {c.wire.layer, 0, kind, t0, t0, now_seconds()});
   return ok_status();
 }
 

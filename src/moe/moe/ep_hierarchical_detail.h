@@ -18,6 +18,7 @@
 #include "moe/comm/communicator.h"
 #include "moe/moe/ep_hierarchical.h"
 #include "moe/moe/ep_moe_layer.h"
+#include "moe/moe/ep_trace.h"
 #include "moe/moe/expert_ffn.h"
 
 namespace moe {
@@ -71,10 +72,10 @@ struct HierBatch {
   std::vector<int64_t> load;                 // replica choice scratch
   int own_rows = 0;
   int64_t gateway_rows = 0;                  // own_rows + s1.num_recv
-  // Pipeline: the exchange in flight, its issue time and when a poll first saw it done
-  // (0: not yet); the stage-2 counts exchange's buffers.
+  // Pipeline: the exchange in flight and its issue time; the stage-2 counts exchange's
+  // buffers.
   std::unique_ptr<CommRequest> request;
-  double started = 0, done_at = 0;
+  double started = 0;
   std::vector<int64_t> count_send, count_recv;
   std::vector<size_t> count_bytes;
 };
@@ -137,10 +138,10 @@ void accumulate_results(const HierCall& c, const StageRows& s, const uint8_t* re
 float* zero_gateway_out(const HierCall& c, HierBatch& b);
 // out[gw_token[i]] += gw_out[i] for the own-node gateway rows (before the stage-1 combine).
 void add_own_rows(const HierCall& c, const HierBatch& b, float* out);
-// The counters and trace of one finished exchange (bytes are counted when issued:
-// count_issued).
+// The counters and trace of an exchange: its bytes when issued, its wait and duration
+// (issued to the wait's end) when finished.
 void count_issued(const HierCall& c, const std::vector<size_t>& sb, const std::vector<size_t>& rb);
-void count_finished(const HierCall& c, int slot, TraceExchange kind, double issued, double t0, double t1);
+void count_finished(const HierCall& c, EpWaitRecord w);  // w.layer: the call's, whatever given
 
 // The overlapped form (ep_hierarchical_pipeline.cc): n_mb >= 2 micro-batches.
 Status hierarchical_pipeline(const HierCall& c, int n_mb);

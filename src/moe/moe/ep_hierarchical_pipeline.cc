@@ -95,7 +95,7 @@ class Pipeline {
     const double t0 = now_seconds();
     Status st = b.request->wait();
     b.request.reset();
-    count_finished(c_, i, kind, b.started, t0, now_seconds());
+    count_finished(c_, {c_.wire.layer, i, kind, b.started, t0, now_seconds()});
     return st;
   }
 
