@@ -5,8 +5,8 @@
 // skewed routing and a rank with zero tokens, top-k 2 and 4, f32 and bf16 on the wire;
 // with top-k 2 and f32 it equals the flat exchange bitwise (two partial sums per token:
 // f32 addition commutes), and the single-process FFN within f32 tolerance. It moves the
-// same bytes per link as the blocking form, issues one counts probe and five exchanges
-// per micro-batch, and reports a comm_overlap_ratio in [0, 1].
+// same bytes per link as the blocking form, issues one counts exchange and then five
+// exchanges per micro-batch, and reports a comm_overlap_ratio in [0, 1].
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -156,9 +156,10 @@ void check_case(const Case& c) {
       EXPECT_GT(t.exchange_seconds, 0);
       EXPECT_GE(t.comm_overlap_ratio(), 0.0);
       EXPECT_LE(t.comm_overlap_ratio(), 1.0);
-      // Per micro-batch: the stage-1 counts probe, then 5 nonblocking exchanges (stage-1
-      // rows, stage-2 counts, stage-2 rows, stage-2 and stage-1 results); blocking: 6.
-      EXPECT_EQ(piped.ops[static_cast<size_t>(r)], 6 * n);
+      // One exchange of every micro-batch's stage-1 counts, then per micro-batch 5
+      // nonblocking exchanges (stage-1 rows, stage-2 counts, stage-2 rows, stage-2 and
+      // stage-1 results); blocking: the counts, then the same 5 blocking.
+      EXPECT_EQ(piped.ops[static_cast<size_t>(r)], 1 + 5 * n);
       EXPECT_EQ(blocking.ops[static_cast<size_t>(r)], 6);
     }
   }
@@ -194,16 +195,18 @@ TEST(EpHierOverlap, MicroBatchesOutOfRangeAreRefusedBeforeAnyExchange) {
   for (int64_t ops : r.ops) EXPECT_EQ(ops, 0);
 }
 
-// A rank naming an expert outside the model fails every rank in the first micro-batch's
-// counts probe, before any payload moves.
+// A rank naming an expert outside the model (in its last micro-batch) fails every rank
+// in the counts exchange, before any payload moves.
 TEST(EpHierOverlap, BadRoutingFailsEveryRank) {
   testing::TinyEpLayer tiny(3);
   InProcessGroup group(kRanks, kRanksPerNode, 20);
   std::vector<Status> got(kRanks);
-  (void)run_ranks(group, [&](Communicator& comm) -> Status {
+  std::vector<int64_t> ops(kRanks);
+  (void)run_ranks(group, [&](Communicator& inner) -> Status {
+    FaultyCommunicator comm(inner, FaultPlan{});
     const Input in = make_input(comm.rank(), 6, 2, false);
     std::vector<int> topk = in.topk;
-    if (comm.rank() == 2) topk[5] = kExperts + 3;
+    if (comm.rank() == 2) topk[11] = kExperts + 3;  // token 5, slot 1: the third micro-batch
     EpOptions o;
     o.hierarchical = o.overlap = true;
     o.micro_batches = 3;
@@ -213,12 +216,14 @@ TEST(EpHierOverlap, BadRoutingFailsEveryRank) {
     got[static_cast<size_t>(comm.rank())] = ep_moe_forward_routed(
         MoeLayerArgs::f32(tiny.config, tiny.layer, in.x.data(), in.n, out.data()), {topk.data(), in.w.data(), in.n, 2},
         ctx, ws.get());
+    ops[static_cast<size_t>(comm.rank())] = comm.counts().ops;
     return ok_status();
   });
   for (int r = 0; r < kRanks; ++r) {
     EXPECT_EQ(got[static_cast<size_t>(r)].code(), StatusCode::kInvalidArgument) << r;
     EXPECT_NE(got[static_cast<size_t>(r)].message().find(r == 2 ? "expert id 11" : "rank 2 rejected"), std::string::npos)
         << got[static_cast<size_t>(r)].to_string();
+    EXPECT_EQ(ops[static_cast<size_t>(r)], 1) << "rank " << r << ": only the counts exchange";
   }
 }
 

@@ -14,8 +14,9 @@
 // whose input has arrived, stopping at the first one that is not ready. The list:
 //   D1(0) D1(1) K2(0) D2(0), then per i: [D1(i+1) if i >= 1] compute(i)
 //   C1(i-1) K2(i+1) D2(i+1) F(i-1) C2(i); finally C1(N-1) F(N-1).
-// The steps are the blocking form's (ep_hierarchical_detail.h) on the same rows, so the
-// results are bitwise equal to it.
+// Before them, one blocking exchange carries every micro-batch's stage-1 counts. The
+// steps are the blocking form's (ep_hierarchical_detail.h) on the same rows, so the
+// results are bitwise equal to it (with batch-invariant expert kernels).
 #include <cstring>
 #include <vector>
 
@@ -65,18 +66,7 @@ class Pipeline {
   Pipeline(const HierCall& c, int n) : c_(c), n_(n), steps_(make_schedule(n)) {}
 
   Status run() {
-    // Every micro-batch's routing check and stage-1 counts first (blocking), so that a
-    // rejected routing fails every rank before any payload moves.
-    for (int i = 0; i < n_; ++i) {
-      HierBatch& b = mb(i);
-      const int64_t num_tokens = c_.topk.num_tokens;
-      b.t0 = num_tokens * i / n_;
-      b.n = num_tokens * (i + 1) / n_ - b.t0;
-      TraceSpan span(trace(), TraceName::kDispatch, c_.wire.layer);
-      const Status routing = validate_routing(c_, b);
-      build_stage1(c_, b, routing.ok());
-      MOE_RETURN_IF_ERROR(probe_stage1_counts(c_, b, routing));
-    }
+    MOE_RETURN_IF_ERROR(prepare());
     while (next_ < steps_.size()) {
       const Step s = steps_[next_++];
       MOE_RETURN_IF_ERROR(run_step(s));
@@ -87,6 +77,44 @@ class Pipeline {
  private:
   HierBatch& mb(int i) { return c_.ws->mb[i]; }
   TraceRecorder* trace() const { return c_.timings ? c_.timings->trace : nullptr; }
+
+  // Every micro-batch's routing check and stage-1 rows, then one blocking exchange of
+  // all their stage-1 counts ([ranks][micro-batches] int64), so that a rejected routing
+  // (counts of -1) fails every rank before any payload moves.
+  Status prepare() {
+    TraceSpan span(trace(), TraceName::kDispatch, c_.wire.layer);
+    Status routing;
+    for (int i = 0; i < n_ && routing.ok(); ++i) {
+      HierBatch& b = mb(i);
+      const int64_t num_tokens = c_.topk.num_tokens;
+      b.t0 = num_tokens * i / n_;
+      b.n = num_tokens * (i + 1) / n_ - b.t0;
+      routing = validate_routing(c_, b);
+    }
+    for (int i = 0; i < n_; ++i) build_stage1(c_, mb(i), routing.ok());
+    Communicator& comm = c_.comm();
+    const size_t R = static_cast<size_t>(comm.size()), n = static_cast<size_t>(n_);
+    std::vector<int64_t> send(R * n), recv(R * n);
+    for (size_t r = 0; r < R; ++r) {
+      for (size_t i = 0; i < n; ++i) send[r * n + i] = mb(static_cast<int>(i)).s1.send_count[r];
+    }
+    const std::vector<size_t> bytes(R, n * sizeof(int64_t));
+    const double t0 = trace() ? now_seconds() : 0;
+    MOE_RETURN_IF_ERROR(comm.alltoallv(send.data(), bytes, recv.data(), bytes));
+    if (trace()) trace()->span(TraceName::kWait, c_.wire.layer, t0, now_seconds(), 0, int(TraceExchange::kCounts));
+    if (!routing.ok()) return routing.with_context("rank " + std::to_string(comm.rank()));
+    for (size_t r = 0; r < R; ++r) {
+      if (recv[r * n] < 0) {
+        return invalid_argument("rank " + std::to_string(r) + " rejected its routing in this step (see its error)");
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<int64_t>& rc = mb(static_cast<int>(i)).s1.recv_count;
+      rc.resize(R);
+      for (size_t r = 0; r < R; ++r) rc[r] = recv[r * n + i];
+    }
+    return ok_status();
+  }
 
   // Waits for micro-batch b's exchange in flight (at once when a poll saw it done).
   Status finish(int i, TraceExchange kind) {
