@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "moe/comm/faulty_communicator.h"
@@ -133,6 +134,7 @@ RunResult run(const Case& c, bool hierarchical, bool overlap, int micro_batches)
 void expect_bitwise(const RunResult& a, const RunResult& b, const char* what) {
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_EQ(a.out[static_cast<size_t>(r)].size(), b.out[static_cast<size_t>(r)].size()) << what << " rank " << r;
+    if (a.out[static_cast<size_t>(r)].empty()) continue;  // a rank without tokens
     EXPECT_EQ(0, std::memcmp(a.out[static_cast<size_t>(r)].data(), b.out[static_cast<size_t>(r)].data(),
                              a.out[static_cast<size_t>(r)].size() * sizeof(float)))
         << what << ": rank " << r << " differs";
