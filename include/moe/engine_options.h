@@ -51,9 +51,9 @@ struct EngineOptions {
   // --dp-attention) with --rebalance-every and with a backend that re-forms (gloo).
   bool dp_attention = false;
   // Overlap of the MoE all-to-all with expert compute (issue 18): the tokens split into
-  // micro-batches, pipelined (src/moe/moe/ep_moe_layer.h). Flat exchange only: with
-  // a2a_hierarchical 1 Engine::open refuses it (InvalidArgument naming --ep-overlap);
-  // with -1 (auto) on several nodes the flat exchange is used (logged).
+  // micro-batches, pipelined (src/moe/moe/ep_moe_layer.h), with the flat and the
+  // hierarchical all-to-all alike (src/moe/moe/ep_hierarchical.h); a2a_hierarchical -1
+  // (auto) chooses as without overlap (logged on several nodes).
   bool ep_overlap = false;
   // With ep_overlap: micro-batches per MoE call, 2..8; 0 = auto (about 64 tokens each,
   // from the group's mean tokens per rank). Set without ep_overlap, or another value:

@@ -47,5 +47,29 @@ TEST(CliBenchA2aTest, BothSpellingsAtOnceAreAUsageError) {
   expect_error_exit(bench_a2a("--num-topk 2 --top-k 3"), {"--top-k", "--num-topk"});
 }
 
+// Overlap on 4 ranks as 2 nodes of 2: a table for the flat and one for the hierarchical
+// exchange (issue 18), each row with the engine's ratio in [0, 100]%.
+TEST(CliBenchA2aTest, OverlapTablesForFlatAndHierarchical) {
+  auto r = run_command("mpirun --allow-run-as-root --oversubscribe -np 4 " + moe_binary() +
+                       " bench a2a --threads 1 --hidden 32 --tokens 16 --routing uniform --experts 8 --num-topk 2"
+                       " --repeats 1 --warmup 0 --no-bf16 --algo-hidden 0 --ranks-per-node 2"
+                       " --overlap-micro-batches 2 --overlap-max-intermediate 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* mode : {"overlap (flat f32; 2 micro-batches)", "overlap (hierarchical f32; 2 micro-batches)"}) {
+    const size_t at = r.output.find(mode);
+    ASSERT_NE(at, std::string::npos) << mode << "\n" << r.output;
+    // The table's one row: tokens | inter ffn | wait off, wait on, hidden, ratio | ...
+    const size_t row = r.output.find("\n      16 |", at);
+    ASSERT_NE(row, std::string::npos) << r.output;
+    const std::string line = r.output.substr(row + 1, r.output.find('\n', row + 1) - row - 1);
+    const size_t pct = line.rfind('%');  // the ratio column is the last percentage
+    ASSERT_NE(pct, std::string::npos) << line;
+    size_t start = line.find_last_of(' ', pct);
+    const double ratio = std::stod(line.substr(start + 1, pct - start - 1));
+    EXPECT_GE(ratio, 0.0) << line;
+    EXPECT_LE(ratio, 100.0) << line;
+  }
+}
+
 }  // namespace
 }  // namespace moe

@@ -1,6 +1,6 @@
 // `mpirun -np N moe generate --ep N ...` (real MPI processes) against the single-process
 // run: identical greedy tokens and text, final prompt logits within 1e-4 of the logit
-// range; flat and hierarchical (emulated 2 ranks per node), with and without overlap.
+// range; flat and hierarchical (emulated 2 ranks per node), each with and without overlap.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,7 +102,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // limit already keeps every token on 2 groups: the output must not change).
                       Case{2, "", kDeepseek}, Case{4, "--ranks-per-node 2", kDeepseek},
                       Case{4, "--ranks-per-node 1 --max-nodes-per-token 2", kDeepseek},
-                      Case{2, "--ep-overlap", kDeepseek}),
+                      Case{2, "--ep-overlap", kDeepseek},
+                      // The hierarchical exchange with overlap (pipelined micro-batches).
+                      Case{4, "--ranks-per-node 2 --a2a-mode hierarchical --ep-overlap"},
+                      Case{4, "--ranks-per-node 2 --a2a-mode hierarchical --ep-overlap --ep-micro-batches 3"},
+                      Case{4, "--ranks-per-node 2 --ep-overlap", kDeepseek}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string name = "np" + std::to_string(info.param.np);
       const bool deepseek = info.param.model_flags == kDeepseek;

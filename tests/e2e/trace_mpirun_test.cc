@@ -106,26 +106,35 @@ TEST(TraceMpirun, GenerateWritesOneMergedTraceThatSummarizes) {
 // bytes that follow its two stages. Rank 0 sends across nodes only to its gateway in node
 // 1 (rank 2, the same local index) and within its node to rank 1 (and keeps rows for
 // itself): never to rank 3, which the flat exchange would reach directly. Rank 0's
-// counters add up to the bytes its run reports.
-TEST(TraceMpirun, HierarchicalExchangeBytesFollowItsTwoStages) {
+// counters add up to the bytes its run reports. With --ep-overlap (the pipelined
+// micro-batches) the same pattern holds, and the exchanges run on the micro-batches' lanes.
+class TraceHierarchical : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TraceHierarchical, ExchangeBytesFollowItsTwoStages) {
   const std::string dir = testing::make_temp_dir("trace_hier");
   const std::string trace = dir + "/hier.json";
   auto r = run_command("timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 " + moe_binary() +
                        " generate --ep 4 --ranks-per-node 2 --a2a-mode hierarchical --max-tokens 6 --temperature 0"
                        " --threads 1 --format json --prompt " +
-                       testing::sh_quote("KING HENRY IV:\nSo shaken as we are, so wan with care,") + " --trace " + trace);
+                       testing::sh_quote("KING HENRY IV:\nSo shaken as we are, so wan with care,") + " --trace " + trace +
+                       " " + GetParam());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json doc = nlohmann::json::parse(testing::read_file(trace), nullptr, false);
   ASSERT_TRUE(doc.is_object() && doc["traceEvents"].is_array());
   std::map<int, std::map<int, int64_t>> sent;  // pid -> peer -> cumulative bytes (last counter value)
   std::map<std::string, int> rank0_spans;
+  int max_exchange_lane = 0;
   for (const auto& e : doc["traceEvents"]) {
     const std::string name = e["name"];
     if (e["ph"] == "C" && name.rfind("bytes to rank ", 0) == 0) {
       sent[e["pid"].get<int>()][std::atoi(name.c_str() + 14)] = e["args"]["bytes"].get<int64_t>();
     }
     if (e["ph"] == "X" && e["pid"] == 0) ++rank0_spans[name];
+    if (e["ph"] == "X" && e["pid"] == 0 && name == "exchange") max_exchange_lane = std::max(max_exchange_lane, e["tid"].get<int>());
   }
+  const bool overlap = !GetParam().empty();
+  // Lane 1 + micro-batch: blocking exchanges all on lane 1, the pipeline's on 1 and 2.
+  EXPECT_EQ(max_exchange_lane, overlap ? 2 : 1);
   EXPECT_GT(rank0_spans["dispatch"], 0);
   EXPECT_GT(rank0_spans["combine"], 0);
   EXPECT_GT(rank0_spans["wait"], 0);
@@ -151,7 +160,18 @@ TEST(TraceMpirun, HierarchicalExchangeBytesFollowItsTwoStages) {
   ++json_at;
   const nlohmann::json j = nlohmann::json::parse(out.substr(json_at, out.find('\n', json_at) - json_at));
   EXPECT_EQ(total, j["ep"]["bytes_sent"].get<int64_t>());
+  const double ratio = j["ep"]["comm_overlap_ratio"].get<double>();
+  EXPECT_GE(ratio, 0.0);
+  EXPECT_LE(ratio, 1.0);
+  if (!overlap) {
+    EXPECT_EQ(ratio, 0.0);  // blocking exchanges: every one waited on at once
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, TraceHierarchical, ::testing::Values("", "--ep-overlap --ep-micro-batches 2"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.empty() ? std::string("Blocking") : std::string("Overlap");
+                         });
 
 TEST(TraceMpirun, SuperviseRefusesTrace) {
   auto r = run_command(moe_binary() + " serve --supervise --trace /tmp/never-written.json");

@@ -93,7 +93,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, EpEngineTest,
                                            Case{4, 0, false, false}, Case{4, 2, false, false}, Case{4, 2, false, false, 0},
                                            Case{6, 3, false, false}, Case{2, 0, true, false},
                                            Case{3, 0, true, false}, Case{4, 2, true, false}, Case{2, 0, false, true},
-                                           Case{10, 0, false, false}),
+                                           Case{10, 0, false, false},
+                                           // auto on several nodes with overlap: the hierarchical pipeline
+                                           Case{6, 3, true, false}, Case{6, 2, true, true}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::ostringstream os;
                            PrintTo(info.param, &os);

@@ -1,7 +1,7 @@
 // The pipelined overlap of the expert-parallel layer (EpOptions::overlap with N
 // micro-batches): results against the single-process grouped expert FFN for N = 2..8 and
 // auto, the exchanges it issues (3 per micro-batch, counted by FaultyCommunicator), the
-// refusals (hierarchical + overlap, micro_batches out of range), comm_overlap_ratio's
+// refusal of micro_batches out of range (hierarchical + overlap: ep_hier_overlap_test.cc), comm_overlap_ratio's
 // arithmetic, and the progress hook of grouped_expert_ffn (called, results bitwise equal).
 #include <gtest/gtest.h>
 
@@ -129,16 +129,6 @@ TEST(EpOverlapPipeline, TimingsGiveARatioInRange) {
     EXPECT_GE(t.comm_overlap_ratio(), 0.0);
     EXPECT_LE(t.comm_overlap_ratio(), 1.0);
   }
-}
-
-TEST(EpOverlapPipeline, HierarchicalWithOverlapIsRefusedByName) {
-  EpOptions o = overlap(0);
-  o.hierarchical = true;
-  const StepResult r = run_step({4, 4, 4, 4}, o, 2);
-  ASSERT_FALSE(r.status.ok());
-  EXPECT_EQ(r.status.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(r.status.message().find("hierarchical"), std::string::npos) << r.status.message();
-  EXPECT_NE(r.status.message().find("overlap"), std::string::npos) << r.status.message();
 }
 
 TEST(EpOverlapPipeline, MicroBatchesOutOfRangeAreRefused) {

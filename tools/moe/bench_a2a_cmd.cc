@@ -137,8 +137,9 @@ int run_a2a(const A2aFlags& f) {
         "  %%memcpy         ours GB/s / memcpy GB/s (the ranks copy in parallel: up to min(ranks, cores) x 100%%)\n"
         "  hierarchical    EpOptions.hierarchical (two-level: one crossing per (token, remote node), forwarded inside\n"
         "                  the node); x-node MB = bytes crossing nodes for plain / flat / hier, from the routing\n"
-        "  overlap         EpOptions.overlap (pipelined micro-batches, --overlap-micro-batches) with experts of\n"
-        "                  intermediate size 'inter', chosen so expert compute ~ exchange time; wait = slowest\n"
+        "  overlap         EpOptions.overlap (pipelined micro-batches, --overlap-micro-batches), flat and (with\n"
+        "                  several nodes) hierarchical, with experts of intermediate size 'inter', chosen so\n"
+        "                  expert compute ~ the flat exchange time; wait = slowest\n"
         "                  rank's EpTimings.comm_wait_seconds; hidden = 1 - wait(on) / wait(off); ratio = the\n"
         "                  engine's comm_overlap_ratio with overlap on (1 - wait / exchange time, lowest rank);\n"
         "                  call = slowest whole call\n\n");
@@ -168,6 +169,7 @@ int run_a2a(const A2aFlags& f) {
         CrossNode x;
         int inter = 0;
         LayerRun off, on;
+        LayerRun hoff, hon;  // the same load through the hierarchical exchange (several nodes)
       };
       std::vector<Extra> extras;
       for (int tokens : f.tokens) {
@@ -255,6 +257,16 @@ int run_a2a(const A2aFlags& f) {
           o.overlap = true;
           o.micro_batches = f.overlap_micro_batches;
           ex.on = run_layer(p, *loaded, o, f.warmup, f.repeats, "overlap on");
+          if (hier) {
+            progress("hierarchical overlap off");
+            EpOptions h;
+            h.hierarchical = true;
+            ex.hoff = run_layer(p, *loaded, h, f.warmup, f.repeats, "hierarchical overlap off");
+            progress("hierarchical overlap on");
+            h.overlap = true;
+            h.micro_batches = f.overlap_micro_batches;
+            ex.hon = run_layer(p, *loaded, h, f.warmup, f.repeats, "hierarchical overlap on");
+          }
         }
         if (root) {
           std::fprintf(stderr, "\r%80s\r", "");
@@ -287,18 +299,20 @@ int run_a2a(const A2aFlags& f) {
                       ex.x.plain / 1e6, ex.x.flat / 1e6, ex.x.hier / 1e6);
         }
       }
-      if (root && !f.no_overlap) {
-        std::printf("\n  overlap (flat f32; %s micro-batches)\n",
+      for (int mode = 0; root && !f.no_overlap && mode < (hier ? 2 : 1); ++mode) {
+        std::printf("\n  overlap (%s f32; %s micro-batches)\n", mode == 0 ? "flat" : "hierarchical",
                     f.overlap_micro_batches == 0 ? "auto" : std::to_string(f.overlap_micro_batches).c_str());
         std::printf("%8s | %6s %8s | %9s %9s %7s %7s | %9s %9s %8s\n", "tokens", "inter", "ffn ms", "wait off", "wait on",
                     "hidden", "ratio", "call off", "call on", "speed-up");
         std::printf("%8s | %6s %8s | %9s %9s %7s %7s | %9s %9s %8s\n", "per rank", "", "", "ms", "ms", "", "", "ms", "ms",
                     "");
         for (const Extra& ex : extras) {
-          const double hidden_share = ex.off.wait > 0 ? 1.0 - ex.on.wait / ex.off.wait : 0.0;
+          const LayerRun& off = mode == 0 ? ex.off : ex.hoff;
+          const LayerRun& on = mode == 0 ? ex.on : ex.hon;
+          const double hidden_share = off.wait > 0 ? 1.0 - on.wait / off.wait : 0.0;
           std::printf("%8d | %6d %8.3f | %9.3f %9.3f %6.0f%% %6.0f%% | %9.3f %9.3f %7.2fx\n", ex.tokens, ex.inter,
-                      ex.off.compute * 1e3, ex.off.wait * 1e3, ex.on.wait * 1e3, 100.0 * hidden_share,
-                      100.0 * ex.on.ratio, ex.off.call * 1e3, ex.on.call * 1e3, ex.off.call / ex.on.call);
+                      off.compute * 1e3, off.wait * 1e3, on.wait * 1e3, 100.0 * hidden_share, 100.0 * on.ratio,
+                      off.call * 1e3, on.call * 1e3, off.call / on.call);
         }
       }
       if (root) {

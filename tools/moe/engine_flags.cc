@@ -64,7 +64,7 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                             ->capture_default_str();
   // EP overlap (issue 18 part B, h-decode): micro-batches pipelined against the all-to-all.
   app.add_flag("--ep-overlap", f->options.ep_overlap,
-               "Overlap the all-to-all with expert compute (pipelined micro-batches; flat exchange only)");
+               "Overlap the all-to-all with expert compute (pipelined micro-batches; flat and hierarchical exchange)");
   app.add_option("--ep-micro-batches", f->options.ep_micro_batches,
                  "With --ep-overlap: micro-batches per MoE layer call, 2..8 (0 = auto, about 64 tokens each)")
       ->capture_default_str();

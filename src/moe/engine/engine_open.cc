@@ -265,10 +265,6 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     if (!why.empty()) return invalid_argument(dir + ": " + why);
     impl->kv_dtype = *kv;
   }
-  if (options.ep_overlap && options.a2a_hierarchical == 1) {
-    return invalid_argument("--ep-overlap is not available with --a2a-mode hierarchical (its two-level exchanges are "
-                            "blocking): use --a2a-mode flat or auto with --ep-overlap, or drop --ep-overlap");
-  }
   MOE_ASSIGN_OR_RETURN(impl->kernel_choice, choose_kernels(options));
   if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
     return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
@@ -322,14 +318,6 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     ctx.options.a2a_bf16 = options.a2a_bf16;
     ctx.options.hierarchical =
         options.a2a_hierarchical == 1 || (options.a2a_hierarchical < 0 && ep_comm->num_nodes() > 1);
-    if (ctx.options.hierarchical && options.ep_overlap) {  // auto on several nodes (1 was refused above)
-      ctx.options.hierarchical = false;
-      if (ep_comm->rank() == 0) {
-        MOE_LOG_WARN("--ep-overlap: the group spans {} nodes, but the hierarchical all-to-all has no overlap; using "
-                     "the flat all-to-all (overlapped)",
-                     ep_comm->num_nodes());
-      }
-    }
     if (impl->tensor_parallel() && options.fused_moe) {
       // The fused path's EP group has one rank per node: its all-to-all is flat (the
       // hierarchical one would have nothing to forward inside a node).
@@ -339,6 +327,13 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
                                 "flat or auto, or --fused-moe off");
       }
       ctx.options.hierarchical = false;
+    }
+    if (options.a2a_hierarchical < 0 && ep_comm->num_nodes() > 1 && ep_comm->rank() == 0) {
+      // auto on several nodes: the same choice with or without --ep-overlap (the
+      // hierarchical exchange pipelines its micro-batches too: ep_hierarchical.h).
+      MOE_LOG_INFO("--a2a-mode auto: the EP group spans {} nodes: {} all-to-all{}", ep_comm->num_nodes(),
+                   ctx.options.hierarchical ? "hierarchical" : "flat",
+                   options.ep_overlap ? " with overlap (pipelined micro-batches)" : "");
     }
     ctx.options.max_nodes_per_token = options.max_nodes_per_token;
     ctx.options.capacity = impl->capacity;

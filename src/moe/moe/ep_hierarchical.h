@@ -34,7 +34,11 @@ struct HierWorkspaceDeleter {
 std::unique_ptr<HierWorkspace, HierWorkspaceDeleter> make_hier_workspace(const KernelOptions& kernel = {});
 
 // Same contract as ep_moe_forward_routed (args.out [num_tokens, hidden] overwritten;
-// collective; a bad routing fails every rank together). Blocking exchanges.
+// collective; a bad routing fails every rank together). Blocking exchanges; with
+// ctx.options.overlap, N micro-batches (EpOptions::micro_batches) pipelined over
+// nonblocking exchanges (ep_hierarchical_pipeline.cc): i's expert compute runs while
+// i+1's two-stage dispatch and i-1's two-stage combine are in flight. Results are
+// bitwise equal with and without overlap.
 Status ep_hierarchical_forward(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ctx,
                                HierWorkspace* ws, EpTimings* timings);
 

@@ -480,8 +480,10 @@ Status run_pipeline(Ctx& c, MicroBatch* mbs, int n) {
 // Tokens per micro-batch that the automatic choice aims at.
 constexpr int64_t kAutoTokensPerMicroBatch = 64;
 
+}  // namespace
+
 // The number of micro-batches of this call (the same on every rank).
-StatusOr<int> micro_batch_count(const EpContext& ep, int64_t num_tokens) {
+StatusOr<int> ep_detail::micro_batch_count(const EpContext& ep, int64_t num_tokens) {
   const int fixed = ep.options.micro_batches;
   if (fixed != 0 && (fixed < 2 || fixed > kMaxEpMicroBatches)) {
     return invalid_argument("EpOptions.micro_batches must be 0 (auto) or 2.." + std::to_string(kMaxEpMicroBatches) +
@@ -495,8 +497,6 @@ StatusOr<int> micro_batch_count(const EpContext& ep, int64_t num_tokens) {
   return static_cast<int>(std::clamp<int64_t>(per_rank / kAutoTokensPerMicroBatch, 2, kMaxEpMicroBatches));
 }
 
-}  // namespace
-
 double EpTimings::comm_overlap_ratio() const {
   if (exchange_seconds <= 0) return 0;
   return std::clamp(1.0 - comm_wait_seconds / exchange_seconds, 0.0, 1.0);
@@ -505,11 +505,6 @@ double EpTimings::comm_overlap_ratio() const {
 Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& routing, const EpContext& ep,
                              EpWorkspace* ws, EpTimings* timings) {
   MOE_RETURN_IF_ERROR(check_expert_tp(ep));
-  if (ep.options.hierarchical && ep.options.overlap) {
-    return failed_precondition(
-        "EpOptions.overlap (--ep-overlap) is not available with the hierarchical all-to-all (--a2a-mode "
-        "hierarchical): its exchanges are blocking; use the flat exchange for overlap");
-  }
   if (ep.options.hierarchical) return ep_hierarchical_forward(args, routing, ep, ws->hier.get(), timings);
   check_moe_layer_args(args);
   MOE_CHECK(routing.num_tokens == args.num_tokens() && routing.num_topk == args.config.router.top_k);
@@ -528,7 +523,7 @@ Status ep_moe_forward_routed(const MoeLayerArgs& args, const TopkRoutingView& ro
     MOE_RETURN_IF_ERROR(issue_dispatch(c, mb));
     return run_micro_batches(c, &mb, nullptr);
   }
-  MOE_ASSIGN_OR_RETURN(const int n_mb, micro_batch_count(ep, num_tokens));
+  MOE_ASSIGN_OR_RETURN(const int n_mb, ep_detail::micro_batch_count(ep, num_tokens));
   if (ep.expert_tp != nullptr) {
     // Two micro-batches, stage by stage: one's node-local gather/scatter and compute
     // overlap the other's cross-node exchange. Every rank issues the exchanges in the

@@ -8,7 +8,8 @@
 // pipelined: micro-batch i's expert compute runs while i+1's dispatch and i-1's combine
 // are in flight (nonblocking alltoallv, polled between groups of experts), so at most
 // the first dispatch and the last combine are exposed: up to 1 - 1/N of the exchange
-// time hidden when expert compute is at least the exchange time.
+// time hidden when expert compute is at least the exchange time. The hierarchical
+// exchange pipelines the same way (ep_hierarchical.h).
 //
 // Result equals moe_forward up to f32 summation order (partial sums per rank).
 //
@@ -51,8 +52,8 @@ struct EpOptions {
   // Another value: InvalidArgument.
   int micro_batches = 0;
   // Two-level all-to-all over the communicator's nodes (ep_hierarchical.h): a token
-  // crosses to a remote node once, then is forwarded inside it. Blocking exchanges:
-  // hierarchical together with overlap is FailedPrecondition (not built yet).
+  // crosses to a remote node once, then is forwarded inside it. With overlap its
+  // micro-batches are pipelined too (each a chain of five nonblocking exchanges).
   bool hierarchical = false;
   // Node-limited routing (DeepSeek-V3 report, sec. 2.1.2): 0 = off; M > 0 restricts
   // each token to experts on at most M nodes (route_node_limited in router.h).
@@ -96,7 +97,7 @@ struct EpTimings {
   // Per-link traffic of the flat exchange (dispatch + combine), summed over calls:
   // [comm size] bytes this rank sent to / received from each rank of ctx.comm (its own
   // index: rows it kept, a local copy). Sized on the first call; sum(bytes_to_rank) ==
-  // bytes_sent. The hierarchical exchange counts bytes_sent only.
+  // bytes_sent. The hierarchical exchange counts both of its stages here.
   std::vector<int64_t> bytes_to_rank, bytes_from_rank;
   // Per-step spans (router, dispatch, waits, expert compute, combine) and per-link bytes
   // go here when set (not owned; null = tracing off).

@@ -50,6 +50,12 @@ struct MicroBatch {
 // FailedPrecondition when ctx combines expert_tp with the hierarchical exchange.
 Status check_expert_tp(const EpContext& ctx);
 
+// With overlap: the number of micro-batches of a call of num_tokens tokens on this rank
+// (EpOptions::micro_batches, or auto: one int64 all-reduce over ctx.comm, so the same
+// on every rank; 2 with expert_tp). InvalidArgument for micro_batches out of range,
+// before any exchange.
+StatusOr<int> micro_batch_count(const EpContext& ctx, int64_t num_tokens);
+
 }  // namespace ep_detail
 
 struct EpWorkspace {
