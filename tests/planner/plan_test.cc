@@ -129,6 +129,39 @@ TEST(PlanTest, SharedCoresSpeedUpPhasesWhereOnlySomeRanksCompute) {
   EXPECT_NEAR(one.decode.attention_s, one_base.decode.attention_s / 1.25, 1e-15);
 }
 
+TEST(PlanTest, SharedCoresSpeedUpIsCappedAtSharedRanksOverBusyRanks) {
+  // The validation's layouts (4 ranks on shared cores, solo speedup 3.5 in both compute
+  // and memory, so the bound does not matter), driver-only attention, batch 1. The
+  // attention and lm_head times are the dedicated-device ones divided by
+  // min(3.5, S / a) with S = 4 (docs/planner.md "Shared cores"):
+  //   EP 4 (a = 1, the driver alone): min(3.5, 4) = 3.5
+  //   TP 2 x EP 2 (a = 2, the driver's TP group): min(3.5, 2) = 2
+  //   TP 4 (a = 4, every rank): min(3.5, 1) -> 1, unchanged
+  // The experts run on every rank (a = S): unchanged in all three.
+  HardwareProfile shared = profile();
+  shared.device.shared_ranks = 4;
+  shared.device.solo_compute_speedup = 3.5;
+  shared.device.solo_memory_speedup = 3.5;
+  Workload w = batch(1);
+  w.driver_only_attention = true;
+  struct Case {
+    Strategy s;
+    Cluster cl;
+    double divisor;
+  };
+  for (const Case& c : {Case{{1, 4, 1, 4, false}, {2, 2}, 3.5}, Case{{2, 2, 2, 2, false}, {2, 2}, 2.0},
+                        Case{{4, 1, 4, 1, false}, {1, 4}, 1.0}}) {
+    const StrategyResult base = evaluate_strategy(tiny(4), profile(), c.cl, w, c.s);
+    const StrategyResult fast = evaluate_strategy(tiny(4), shared, c.cl, w, c.s);
+    ASSERT_TRUE(base.feasible && fast.feasible) << c.s.label() << ": " << base.reason << fast.reason;
+    for (auto [b, f] : {std::pair{base.decode, fast.decode}, std::pair{base.prefill, fast.prefill}}) {
+      EXPECT_NEAR(f.attention_s, b.attention_s / c.divisor, 1e-12 * b.attention_s) << c.s.label();
+      EXPECT_NEAR(f.head_s, b.head_s / c.divisor, 1e-12 * b.head_s) << c.s.label();
+      EXPECT_DOUBLE_EQ(f.moe_s, b.moe_s) << c.s.label();
+    }
+  }
+}
+
 TEST(PlanTest, ChunkedPrefillTtftIsTheMeanOverTheBatch) {
   // 3 prompts of 10 tokens, one replica (TP2). Chunk 10: one prompt per step, 3 steps, the
   // i-th request's first token after i steps: mean 2 steps of a 1-prompt step.
