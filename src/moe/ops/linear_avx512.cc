@@ -167,7 +167,9 @@ MOE_AVX512VNNI void gemv_q8_rows(const GemvCall& c, int64_t t0, int64_t r0, int6
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t) acc[i][t] = _mm256_setzero_ps();
     const int8_t* next = (R > 1 && r + 2 * R <= r1) ? reinterpret_cast<const int8_t*>(w.row(r + R)) : nullptr;
-    for (int64_t b = 0; b < nb; ++b) {
+    // One block: the scale products d_w * d_x come from `scale(i, t)` (a lane of a vector
+    // product for whole groups of 8 blocks, the scalar product for the tail: the same bits).
+    auto block = [&](int64_t b, auto scale) {
       if (next != nullptr && (b & 1) == 0) {
         for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * k + b * kQ8Block), _MM_HINT_T0);
       }
@@ -178,10 +180,21 @@ MOE_AVX512VNNI void gemv_q8_rows(const GemvCall& c, int64_t t0, int64_t r0, int6
         const __m256i aw = _mm256_sign_epi8(wv, wv);
         for (int t = 0; t < M; ++t) {
           const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xv[t], wv));
-          acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(ds[i][b] * xd[t * nb + b]), acc[i][t]);
+          acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(i, t), acc[i][t]);
         }
       }
+    };
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+      __m256 sc[R][M];
+      for (int i = 0; i < R; ++i)
+        for (int t = 0; t < M; ++t) sc[i][t] = _mm256_mul_ps(_mm256_loadu_ps(ds[i] + b), _mm256_loadu_ps(xd + t * nb + b));
+      for (int j = 0; j < 8; ++j) {
+        const __m256i lane = _mm256_set1_epi32(j);
+        block(b + j, [&](int i, int t) { return _mm256_permutevar8x32_ps(sc[i][t], lane); });
+      }
     }
+    for (; b < nb; ++b) block(b, [&](int i, int t) { return _mm256_set1_ps(ds[i][b] * xd[t * nb + b]); });
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t) {
         const __m256 v = acc[i][t];
