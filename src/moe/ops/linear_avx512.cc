@@ -145,6 +145,35 @@ MOE_AVX512BF16 void gemv_dp_rows(const uint16_t* xh, const uint16_t* xl, const W
   }
 }
 
+// One 32-block of gemv_q8_rows: acc[i][t] += (exact integer dot product of row i's codes
+// and token t's, by vpdpbusd on |w| and x carrying w's sign) * scale[i][t]. A function with
+// the target attribute, not a lambda: clang gives a lambda none of its caller's targets.
+template <int R>
+struct Q8Rows {
+  const int8_t* const* rows;  // R row pointers
+  const int8_t* xq;           // token 0's codes; token t's at xq + t * k
+  int64_t k;
+  const int8_t* next;  // the next R rows, prefetched; or nullptr
+};
+
+template <int M, int R>
+MOE_AVX512VNNI inline __attribute__((always_inline)) void q8_block(const Q8Rows<R>& q, int64_t b,
+                                                                 const __m256 (&scale)[R][M], __m256 (&acc)[R][M]) {
+  if (q.next != nullptr && (b & 1) == 0) {
+    for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(q.next + i * q.k + b * kQ8Block), _MM_HINT_T0);
+  }
+  __m256i xv[M];
+  for (int t = 0; t < M; ++t) xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.xq + t * q.k + b * kQ8Block));
+  for (int i = 0; i < R; ++i) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.rows[i] + b * kQ8Block));
+    const __m256i aw = _mm256_sign_epi8(wv, wv);
+    for (int t = 0; t < M; ++t) {
+      const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xv[t], wv));
+      acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale[i][t], acc[i][t]);
+    }
+  }
+}
+
 // int8 weights, q8 activations: per 32-block the exact integer dot product (vpdpbusd
 // on |w| and x carrying w's sign), times d_w * d_x, accumulated in f32.
 template <int M, int R>
@@ -167,23 +196,9 @@ MOE_AVX512VNNI void gemv_q8_rows(const GemvCall& c, int64_t t0, int64_t r0, int6
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t) acc[i][t] = _mm256_setzero_ps();
     const int8_t* next = (R > 1 && r + 2 * R <= r1) ? reinterpret_cast<const int8_t*>(w.row(r + R)) : nullptr;
-    // One block: the scale products d_w * d_x come from `scale(i, t)` (a lane of a vector
-    // product for whole groups of 8 blocks, the scalar product for the tail: the same bits).
-    auto block = [&](int64_t b, auto scale) {
-      if (next != nullptr && (b & 1) == 0) {
-        for (int i = 0; i < R; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + i * k + b * kQ8Block), _MM_HINT_T0);
-      }
-      __m256i xv[M];
-      for (int t = 0; t < M; ++t) xv[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + t * k + b * kQ8Block));
-      for (int i = 0; i < R; ++i) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + b * kQ8Block));
-        const __m256i aw = _mm256_sign_epi8(wv, wv);
-        for (int t = 0; t < M; ++t) {
-          const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xv[t], wv));
-          acc[i][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale(i, t), acc[i][t]);
-        }
-      }
-    };
+    // The scale products d_w * d_x: 8 blocks' in one vector multiply, each block taking its
+    // lane; the tail's as scalars (the same bits either way).
+    __m256 scale[R][M];
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
       __m256 sc[R][M];
@@ -191,10 +206,16 @@ MOE_AVX512VNNI void gemv_q8_rows(const GemvCall& c, int64_t t0, int64_t r0, int6
         for (int t = 0; t < M; ++t) sc[i][t] = _mm256_mul_ps(_mm256_loadu_ps(ds[i] + b), _mm256_loadu_ps(xd + t * nb + b));
       for (int j = 0; j < 8; ++j) {
         const __m256i lane = _mm256_set1_epi32(j);
-        block(b + j, [&](int i, int t) { return _mm256_permutevar8x32_ps(sc[i][t], lane); });
+        for (int i = 0; i < R; ++i)
+          for (int t = 0; t < M; ++t) scale[i][t] = _mm256_permutevar8x32_ps(sc[i][t], lane);
+        q8_block<M, R>({rows, xq, k, next}, b + j, scale, acc);
       }
     }
-    for (; b < nb; ++b) block(b, [&](int i, int t) { return _mm256_set1_ps(ds[i][b] * xd[t * nb + b]); });
+    for (; b < nb; ++b) {
+      for (int i = 0; i < R; ++i)
+        for (int t = 0; t < M; ++t) scale[i][t] = _mm256_set1_ps(ds[i][b] * xd[t * nb + b]);
+      q8_block<M, R>({rows, xq, k, next}, b, scale, acc);
+    }
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < M; ++t) {
         const __m256 v = acc[i][t];
