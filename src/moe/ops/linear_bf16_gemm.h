@@ -19,8 +19,8 @@ struct Bf16GemmArgs {
 };
 
 // Runs on the calling thread only (OpenMP threads 1 while it runs), so a row's result
-// depends on m, k and the block's rows, never on the thread count. The primitive for a
-// shape is created once per thread and reused. Aborts with oneDNN's message if it
+// depends on m, k and the block's rows, never on the thread count. One primitive per
+// (k, rows, ldy) and thread, created at first use, with m a run-time dimension. Aborts with oneDNN's message if it
 // refuses the shape or the CPU (callers check cpu_supports(KernelIsa::kAvx512Bf16)).
 void gemm_bf16_rows(const Bf16GemmArgs& a);
 
