@@ -30,6 +30,7 @@
 #include "moe/core/atomic_file.h"
 #include "moe/core/text_format.h"
 #include "moe/serve_bench/chaos_report.h"
+#include "moe/serve_bench/chaos_scratch.h"
 #include "moe/serve_bench/chaos_trial.h"
 #include "moe/serve_bench/chaos_workload.h"
 
@@ -173,11 +174,23 @@ int run_bench_chaos(BenchChaosFlags f) {
   std::string model = f.model;
   std::string store_copy;
   std::vector<std::string> shard_files;
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } cleanup;
   if (std::find(faults.begin(), faults.end(), "corrupt") != faults.end()) {
-    std::string tmpl = (std::getenv("TMPDIR") != nullptr ? std::string(std::getenv("TMPDIR")) : "/tmp") +
-                       "/moe-chaos-store-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) return fail("cannot create a temporary directory for the store copy");
-    store_copy = tmpl;
+    // A run killed by a signal cannot remove its copy: the next run does (chaos_scratch.h).
+    const std::string root = std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp";
+    for (const std::string& stale : sb::remove_stale_chaos_scratch(root)) {
+      std::fprintf(stderr, "removed the store copy of an earlier run that ended without cleaning up: %s\n",
+                   stale.c_str());
+    }
+    auto dir = sb::make_chaos_scratch_dir(root);
+    if (!dir.ok()) return fail("the store copy: " + dir.status().message());
+    store_copy = cleanup.dir = *dir;
     std::error_code ec;
     fs::copy(f.model, store_copy, fs::copy_options::recursive, ec);
     if (ec) return fail("cannot copy the store '" + f.model + "' to " + store_copy + ": " + ec.message());
@@ -186,13 +199,6 @@ int run_bench_chaos(BenchChaosFlags f) {
     shard_files = *files;
     model = store_copy;
   }
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!dir.empty()) fs::remove_all(dir, ec);
-    }
-  } cleanup{store_copy};
 
   sb::ChaosRunOptions o;
   o.server_command = server_command(f, model, server_args, mpirun_args);
