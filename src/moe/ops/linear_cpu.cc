@@ -182,7 +182,6 @@ struct Mode {
   bool bf16_gemm = false;  // KernelOptions::bf16_gemm
 };
 
-
 bool use_gemv(int64_t m, Mode mode) { return !mode.force_gemm && (m <= kGemvMaxTokens || mode.invariant); }
 
 // A GEMM job on bf16 weights in bf16_gemm mode: oneDNN on bf16-rounded x.
