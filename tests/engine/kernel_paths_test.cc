@@ -8,19 +8,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "moe/engine.h"
 #include "moe/engine/kernel_choice.h"
+#include "golden_cases.h"
 #include "test_util.h"
 
 namespace moe {
 namespace {
 
 using moe::testing::golden_dir;
-using moe::testing::read_f32;
-using moe::testing::read_file;
 using moe::testing::tiny_model_dir;
 
 struct PathCase {
@@ -43,34 +40,19 @@ TEST_P(KernelPathsTest, TinyMixtralMatchesTorchReference) {
   eo.batch_invariant = invariant;
   auto engine = Engine::open(eo);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-  const std::string dir = golden_dir() + "/tiny-mixtral";
-  auto index = nlohmann::json::parse(read_file(dir + "/index.json"));
-  for (const auto& entry : index["cases"]) {
-    SCOPED_TRACE(entry["name"].get<std::string>());
-    auto gold = nlohmann::json::parse(read_file(dir + "/" + entry["json"].get<std::string>()));
-    GenerateRequest req;
-    req.prompt_token_ids = gold["prompt_token_ids"].get<std::vector<int>>();
-    req.max_tokens = 1;
-    req.sampling.temperature = 0;
-    req.return_prompt_logits = true;
-    auto result = engine.value()->generate(req);
+  for (const moe::testing::GoldenCase& c : moe::testing::load_golden_cases(golden_dir() + "/tiny-mixtral")) {
+    SCOPED_TRACE(c.name);
+    auto result = engine.value()->generate(moe::testing::golden_prompt_request(c));
     ASSERT_TRUE(result.ok()) << result.status().to_string();
-    const auto logits = read_f32(dir + "/" + gold["logits_file"].get<std::string>());
-    ASSERT_EQ(logits.size(), result.value().prompt_logits.size());
-    const auto [mn, mx] = std::minmax_element(logits.begin(), logits.end());
-    const double range = *mx - *mn;
-    double max_diff = 0;
-    for (size_t i = 0; i < logits.size(); ++i) {
-      max_diff = std::max(max_diff, static_cast<double>(std::fabs(logits[i] - result.value().prompt_logits[i])));
-    }
-    std::printf("%s %s/%s%s: max |logit diff| / range = %.2e\n", entry["name"].get<std::string>().c_str(),
-                pc.kernels.c_str(), pc.weights.c_str(), invariant ? " (batch invariant)" : "", max_diff / range);
-    EXPECT_LE(max_diff / range, pc.logits_tol) << "max |diff| " << max_diff << " over range " << range;
+    ASSERT_EQ(c.logits.size(), result.value().prompt_logits.size());
+    const double max_diff = moe::testing::max_abs_diff(c.logits, result.value().prompt_logits);
+    std::printf("%s %s/%s%s: max |logit diff| / range = %.2e\n", c.name.c_str(), pc.kernels.c_str(),
+                pc.weights.c_str(), invariant ? " (batch invariant)" : "", max_diff / c.range);
+    EXPECT_LE(max_diff / c.range, pc.logits_tol) << "max |diff| " << max_diff << " over range " << c.range;
     // The first greedy token, unless the reference's own top-2 margin is within our error.
-    const auto margins = gold["greedy_margins"].get<std::vector<double>>();
-    if (!margins.empty() && margins[0] > 2 * max_diff) {
+    if (moe::testing::first_token_decided(c, max_diff)) {
       ASSERT_FALSE(result.value().output_token_ids.empty());
-      EXPECT_EQ(result.value().output_token_ids[0], gold["greedy_token_ids"][0].get<int>());
+      EXPECT_EQ(result.value().output_token_ids[0], c.gold["greedy_token_ids"][0].get<int>());
     }
   }
   }

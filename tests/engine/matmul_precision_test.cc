@@ -7,13 +7,11 @@
 // "highest". Plus every refusal, by name.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <nlohmann/json.hpp>
 
 #include "moe/engine.h"
 #include "moe/engine/kernel_choice.h"
 #include "moe/ops/linear_cpu.h"
+#include "golden_cases.h"
 #include "safetensors_util.h"
 #include "test_util.h"
 
@@ -21,8 +19,6 @@ namespace moe {
 namespace {
 
 using moe::testing::golden_dir;
-using moe::testing::read_f32;
-using moe::testing::read_file;
 using moe::testing::tiny_model_dir;
 
 StatusOr<std::unique_ptr<Engine>> open_with(const std::string& precision, const std::string& model = tiny_model_dir()) {
@@ -37,40 +33,26 @@ TEST(MatmulPrecisionTest, MediumMatchesTorchReferenceWithinBf16Error) {
   ASSERT_TRUE(medium.ok()) << medium.status().to_string();
   auto highest = open_with("highest");
   ASSERT_TRUE(highest.ok()) << highest.status().to_string();
-  const std::string dir = golden_dir() + "/tiny-mixtral";
-  auto index = nlohmann::json::parse(read_file(dir + "/index.json"));
   int gemm_cases = 0;
-  for (const auto& entry : index["cases"]) {
-    SCOPED_TRACE(entry["name"].get<std::string>());
-    auto gold = nlohmann::json::parse(read_file(dir + "/" + entry["json"].get<std::string>()));
-    GenerateRequest req;
-    req.prompt_token_ids = gold["prompt_token_ids"].get<std::vector<int>>();
-    req.max_tokens = 1;
-    req.sampling.temperature = 0;
-    req.return_prompt_logits = true;
+  for (const moe::testing::GoldenCase& c : moe::testing::load_golden_cases(golden_dir() + "/tiny-mixtral")) {
+    SCOPED_TRACE(c.name);
+    const GenerateRequest req = moe::testing::golden_prompt_request(c);
     auto m = medium.value()->generate(req);
     auto h = highest.value()->generate(req);
     ASSERT_TRUE(m.ok() && h.ok());
-    const auto logits = read_f32(dir + "/" + gold["logits_file"].get<std::string>());
-    ASSERT_EQ(logits.size(), m.value().prompt_logits.size());
-    const auto [mn, mx] = std::minmax_element(logits.begin(), logits.end());
-    const double range = *mx - *mn;
-    double diff_medium = 0, diff_highest = 0;
-    for (size_t i = 0; i < logits.size(); ++i) {
-      diff_medium = std::max(diff_medium, static_cast<double>(std::fabs(logits[i] - m.value().prompt_logits[i])));
-      diff_highest = std::max(diff_highest, static_cast<double>(std::fabs(logits[i] - h.value().prompt_logits[i])));
-    }
-    std::printf("%s: max |logit diff| / range: medium %.2e, highest %.2e\n", entry["name"].get<std::string>().c_str(),
-                diff_medium / range, diff_highest / range);
-    EXPECT_LE(diff_medium / range, 2e-3);
+    ASSERT_EQ(c.logits.size(), m.value().prompt_logits.size());
+    const double diff_medium = moe::testing::max_abs_diff(c.logits, m.value().prompt_logits);
+    const double diff_highest = moe::testing::max_abs_diff(c.logits, h.value().prompt_logits);
+    std::printf("%s: max |logit diff| / range: medium %.2e, highest %.2e\n", c.name.c_str(), diff_medium / c.range,
+                diff_highest / c.range);
+    EXPECT_LE(diff_medium / c.range, 2e-3);
     if (req.prompt_token_ids.size() > static_cast<size_t>(kGemvMaxTokens)) {
       ++gemm_cases;
       EXPECT_GT(diff_medium, diff_highest);  // the bf16 GEMM ran: coarser than f32
     }
-    const auto margins = gold["greedy_margins"].get<std::vector<double>>();
-    if (!margins.empty() && margins[0] > 2 * diff_medium) {
+    if (moe::testing::first_token_decided(c, diff_medium)) {
       ASSERT_FALSE(m.value().output_token_ids.empty());
-      EXPECT_EQ(m.value().output_token_ids[0], gold["greedy_token_ids"][0].get<int>());
+      EXPECT_EQ(m.value().output_token_ids[0], c.gold["greedy_token_ids"][0].get<int>());
     }
   }
   EXPECT_GT(gemm_cases, 0) << "no golden prompt is long enough to take the GEMM";
