@@ -105,7 +105,11 @@ TEST(SuperviseMpirun, GlooWorkerDeathIsAFailoverAndRank0DeathARestart) {
   EXPECT_EQ(g1.error, "") << server.log();
   EXPECT_EQ(g1.text, ref.text);
   EXPECT_EQ(metric_reaching(port, "moe:failovers_total", 1), 1) << server.log();
-  EXPECT_EQ(metric_reaching(port, "moe:rank_failures_total", 1), 1);
+  // One rank died; a survivor that does not reach the re-formation within its 3 s join
+  // window (a loaded machine: it failed so once in a -j2 suite) is left out too, by design.
+  const double lost = metric_reaching(port, "moe:rank_failures_total", 1);
+  EXPECT_GE(lost, 1);
+  EXPECT_LE(lost, 2) << server.log();
   EXPECT_EQ(testing::metric_value(port, "moe:worker_failures_total"), 0);  // no restart
   EXPECT_EQ(testing::worker_pids(port)[0], pids[0]);                      // the same group serves on
 
