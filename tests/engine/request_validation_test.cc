@@ -12,7 +12,6 @@ namespace moe {
 namespace {
 
 const std::string kNoPrompt;
-const std::vector<std::string> kNoStop;
 
 // Ids only, so no tokenizer is needed.
 struct Req {

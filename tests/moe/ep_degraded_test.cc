@@ -21,7 +21,7 @@
 namespace moe {
 namespace {
 
-constexpr int kHidden = testing::kTinyHidden, kInter = testing::kTinyInter, kExperts = testing::kTinyExperts,
+constexpr int kHidden = testing::kTinyHidden, kExperts = testing::kTinyExperts,
               kTopK = testing::kTinyTopK;
 
 struct TinyLayer : testing::TinyEpLayer {

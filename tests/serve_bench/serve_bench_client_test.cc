@@ -21,7 +21,6 @@ using moe::testing::FakeServerConfig;
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
 // Upper bounds are loose: the tests share 2 cores and may run under ASan.
 constexpr double kSlack = 1.0;
 
