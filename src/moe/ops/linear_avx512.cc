@@ -7,7 +7,9 @@
 
 // GCC 12's _mm512_reduce_add_ps reads an _mm256_undefined_pd() it then overwrites,
 // which -Wmaybe-uninitialized reports at every use (a false positive).
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no such warning group
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <algorithm>
 #include <cstdint>
