@@ -479,7 +479,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                               "model's projections are held in " + dtype_name(w.lm_head.dtype));
     }
   }
-  MOE_RETURN_IF_ERROR(place_weights_in_huge_pages(impl.get(), options.hugepages));
+  {
+    // Every rank's weights are in place before any rank returns from open: otherwise rank
+    // 0's first step waits in its first exchange for ranks still copying weights (their
+    // load counted in its first request's time) and computes beside their copies.
+    Status placed = place_weights_in_huge_pages(impl.get(), options.hugepages);
+    if (impl->comm != nullptr) MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, placed, 0));
+    MOE_RETURN_IF_ERROR(placed);
+  }
   MOE_LOG_INFO("{}", describe_kernels(impl->kernel_choice));
   const std::string& dir = options.model_dir;
   DecoderOptions decoder_options;
