@@ -73,12 +73,14 @@ TEST(PlanTest, MemoryPerDeviceByHand) {
 TEST(PlanTest, PureEpDecodeCommunicationByHand) {
   // DP attention x EP2 on one node of 2, batch 4: each device decodes 2 tokens and sends
   // 2 tokens x top-2 x 64 x 2 B = 512 B per all-to-all: 1 us + 1/2 x 512 B x 1 ns = 1.256 us,
-  // dispatch + combine, 2 layers -> 5.024 us; no TP group, so no all-reduce.
+  // dispatch + combine; before them the row counts, one int64 per peer: 1 us + 1/2 x 16 B x
+  // 1 ns = 1.008 us; 2 layers -> 2 x (2 x 1.256 + 1.008) = 7.04 us; no TP group, so no
+  // all-reduce.
   StrategyResult r = evaluate_strategy(tiny(), profile(), {1, 2}, batch(4), {1, 2, 1, 2, false});
   ASSERT_TRUE(r.feasible) << r.reason;
-  EXPECT_NEAR(r.decode.intra_comm_s, 5.024e-6, 1e-15);
+  EXPECT_NEAR(r.decode.intra_comm_s, 7.04e-6, 1e-15);
   EXPECT_EQ(r.decode.inter_comm_s, 0.0);
-  EXPECT_NEAR(r.decode.comm_s, 5.024e-6, 1e-15);
+  EXPECT_NEAR(r.decode.comm_s, 7.04e-6, 1e-15);
   EXPECT_NEAR(r.decode.total_s, r.decode.compute_s() + r.decode.comm_s, 1e-15);
   EXPECT_DOUBLE_EQ(r.tpot_s, r.decode.total_s);
   // Throughput = batch x output / (TTFT + output x TPOT).
@@ -87,14 +89,19 @@ TEST(PlanTest, PureEpDecodeCommunicationByHand) {
 
 TEST(PlanTest, DriverOnlyAttentionSendsEveryTokenFromTheDriver) {
   // As this engine runs EP today: the driver holds all 4 sequences and dispatches
-  // 4 x 2 x 64 x 2 B = 1024 B: 1 us + 1/2 x 1024 ns = 1.512 us, x 2 x 2 layers = 6.048 us;
+  // 4 x 2 x 64 x 2 B = 1024 B: 1 us + 1/2 x 1024 ns = 1.512 us, x 2 x 2 layers = 6.048 us,
+  // plus the row counts (1.008 us a layer, as above): 8.064 us;
   // its KV cache holds all 4 sequences (16 tokens, 2 layers, 64 values, 2 B) = 16384 B.
   Workload w = batch(4);
   w.driver_only_attention = true;
   StrategyResult r = evaluate_strategy(tiny(), profile(), {1, 2}, w, {1, 2, 1, 2, false});
   ASSERT_TRUE(r.feasible) << r.reason;
-  EXPECT_NEAR(r.decode.intra_comm_s, 6.048e-6, 1e-15);
+  EXPECT_NEAR(r.decode.intra_comm_s, 8.064e-6, 1e-15);
   EXPECT_DOUBLE_EQ(r.memory.kv_cache, 4.0 * 16 * 2 * 64 * 2);
+  // Two overlapped micro-batches exchange their counts separately: one more 1.008 us a layer.
+  w.overlap_compute = true;
+  r = evaluate_strategy(tiny(), profile(), {1, 2}, w, {1, 2, 1, 2, false});
+  EXPECT_NEAR(r.decode.intra_comm_s, 8.064e-6 + 2 * 1.008e-6, 1e-15);
 }
 
 TEST(PlanTest, SharedCoresSpeedUpPhasesWhereOnlySomeRanksCompute) {

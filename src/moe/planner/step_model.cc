@@ -139,6 +139,12 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
     double layer_intra = 0, layer_inter = 0;
     const double tsave_intra = intra, tsave_inter = inter;
     intra = inter = 0;
+    // Before each dispatch the EP group exchanges its row counts (one int64 per peer):
+    // an all-to-all of 8 e bytes, latency only, once per micro-batch.
+    const double count_exchanges = w.overlap_compute ? 2.0 : 1.0;
+    auto add_counts = [&](GroupShape ep) {
+      for (int i = 0; i < static_cast<int>(count_exchanges); ++i) add_comm(ep, Primitive::kAllToAll, 8.0 * e, 1);
+    };
     if (t > 1 && t == ta) {
       // TP (e == 1) or hybrid: the MoE TP group is the attention TP group.
       const GroupShape tp_group = attn_group;
@@ -155,12 +161,14 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
         rows = group_rows * skew;
         router_tok = tok_a;
         add_comm(tp_group, Primitive::kAllReduce, act, 1);
+        add_counts(ep_group);
         for (int i = 0; i < 2; ++i) add_comm(ep_group, Primitive::kAllToAll, tok_a * k * h * ab, skew);
         add_comm(tp_group, Primitive::kAllReduce, act, 1);
       } else {
         rows = group_rows * skew;
         router_tok = tok_a / t;
         add_comm(tp_group, Primitive::kReduceScatter, act, 1);
+        add_counts(ep_group);
         for (int i = 0; i < 2; ++i) add_comm(ep_group, Primitive::kAllToAll, tok_a / t * k * h * ab, skew);
         add_comm(tp_group, Primitive::kAllGather, group_rows * h * ab * skew, 1);      // received rows
         add_comm(tp_group, Primitive::kReduceScatter, group_rows * h * ab * skew, 1);  // expert partials
@@ -178,6 +186,7 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
       router_tok = slice;
       shared_tok = slice;
       if (ta > 1) add_comm(attn_group, Primitive::kAllReduce, act, 1);
+      add_counts(ep_group);
       for (int i = 0; i < 2; ++i) add_comm(ep_group, Primitive::kAllToAll, slice * k * h * ab, skew);
       if (ta > 1) add_comm(attn_group, Primitive::kAllGather, act, 1);
     }
