@@ -68,6 +68,12 @@ TEST(PlanCalibrateMpirunTest, FitsEfficienciesToAModel) {
   EXPECT_CONTAINS(bad.output, "--model /nonexistent/m");
 }
 
+TEST(PlanCalibrateMpirunTest, RepeatsBelowOneIsRefusedByName) {
+  const CommandResult r = run_command(moe_binary() + " plan calibrate --repeats 0 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "--repeats must be >= 1 (got 0)");
+}
+
 TEST(PlanCalibrateMpirunTest, NeedsMpirunAndTwoNodes) {
   CommandResult r = run_command(moe_binary() + " plan calibrate --quick 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -45,7 +45,30 @@ struct CalibrateFlags {
   int threads = 1;          // CPU threads per rank for the device probes (as the engine's --threads)
   std::string model;        // fit the efficiencies to this model's prefill and decode ("" = probes only)
   int prompt_tokens = 64, gen_tokens = 16;
+  int repeats = 3;  // timed runs per measurement; the median is kept
 };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Prefill seconds and decode seconds per token of `req`: the medians of f.repeats runs
+// (one run's time on shared cores moves with the scheduler). With `world`, every rank
+// starts each run together (barrier).
+Status timed_generates(const CalibrateFlags& f, Communicator* world, Engine& engine, const GenerateRequest& req,
+                       double out[2]) {
+  std::vector<double> prefill, decode;
+  for (int i = 0; i < f.repeats; ++i) {
+    if (world != nullptr) MOE_RETURN_IF_ERROR(world->barrier());
+    MOE_ASSIGN_OR_RETURN(GenerateResult res, engine.generate(req));
+    prefill.push_back(res.prefill_seconds);
+    decode.push_back(res.decode_seconds / static_cast<double>(std::max<size_t>(1, res.output_token_ids.size() - 1)));
+  }
+  out[0] = median(prefill);
+  out[1] = median(decode);
+  return ok_status();
+}
 
 // Shared cores (hardware_profile.h DeviceSpec::shared_ranks): rank 0 runs the same
 // generate alone while the others wait in a barrier; its speedup over the all-at-once
@@ -59,11 +82,7 @@ Status fit_solo_speedup(const CalibrateFlags& f, Communicator& world, Engine& en
     for (int r = 0; r < world.size(); ++r) shared += world.node_of(r) == world.node_of(0);
   }
   double solo[2] = {prefill, decode};
-  if (world.rank() == 0 && shared > 1) {
-    MOE_ASSIGN_OR_RETURN(GenerateResult res, engine.generate(req));
-    solo[0] = res.prefill_seconds;
-    solo[1] = res.decode_seconds / static_cast<double>(std::max<size_t>(1, res.output_token_ids.size() - 1));
-  }
+  if (world.rank() == 0 && shared > 1) MOE_RETURN_IF_ERROR(timed_generates(f, nullptr, engine, req, solo));
   MOE_RETURN_IF_ERROR(world.barrier());
   MOE_RETURN_IF_ERROR(world.broadcast(solo, sizeof solo, 0));
   p->device.shared_ranks = shared;
@@ -91,10 +110,8 @@ Status fit_efficiencies(const CalibrateFlags& f, Communicator& world, planner::H
   req.sampling.temperature = 0;
   req.ignore_eos = true;
   MOE_RETURN_IF_ERROR(engine->generate(req).status());  // warm-up
-  MOE_RETURN_IF_ERROR(world.barrier());
-  MOE_ASSIGN_OR_RETURN(GenerateResult res, engine->generate(req));
-  double mine[2] = {res.prefill_seconds,
-                    res.decode_seconds / static_cast<double>(std::max<size_t>(1, res.output_token_ids.size() - 1))};
+  double mine[2];
+  MOE_RETURN_IF_ERROR(timed_generates(f, &world, *engine, req, mine));
   std::vector<double> all(2 * static_cast<size_t>(world.size()));
   MOE_RETURN_IF_ERROR(world.allgather(mine, sizeof mine, all.data()));
   double prefill = 0, decode = 0;  // the slowest rank's
@@ -158,7 +175,8 @@ Status run_once(Communicator& c, Primitive p, size_t bytes, std::vector<float>& 
   return ok_status();
 }
 
-// Times `p` over sizes on `c`; the slowest rank's mean per size (allgathered).
+// Times `p` over sizes on `c`: per size, each rank's median of f.repeats block means; the
+// slowest rank's (allgathered).
 StatusOr<planner::AlphaBeta> measure(Communicator& c, Primitive p, const CalibrateFlags& f, const std::string& tier,
                                      bool print) {
   const int n = c.size();
@@ -170,10 +188,14 @@ StatusOr<planner::AlphaBeta> measure(Communicator& c, Primitive p, const Calibra
     const size_t bytes = std::max<size_t>(s / (4 * n) * 4 * n, 4 * n);  // whole f32 blocks per rank
     const int iters = std::max(f.quick ? 2 : 4, std::min(f.quick ? 5 : 40, static_cast<int>((64u << 20) / bytes)));
     MOE_RETURN_IF_ERROR(run_once(c, p, bytes, a, b));  // warm-up
-    MOE_RETURN_IF_ERROR(c.barrier());
-    const double t0 = now_s();
-    for (int i = 0; i < iters; ++i) MOE_RETURN_IF_ERROR(run_once(c, p, bytes, a, b));
-    double mine = (now_s() - t0) / iters;
+    std::vector<double> blocks;  // f.repeats blocks of `iters` operations: the median block's mean
+    for (int r = 0; r < f.repeats; ++r) {
+      MOE_RETURN_IF_ERROR(c.barrier());
+      const double t0 = now_s();
+      for (int i = 0; i < iters; ++i) MOE_RETURN_IF_ERROR(run_once(c, p, bytes, a, b));
+      blocks.push_back((now_s() - t0) / iters);
+    }
+    double mine = median(blocks);
     if (p == Primitive::kP2p) mine /= 2;  // one way of the round trip
     std::vector<double> all(static_cast<size_t>(n));
     MOE_RETURN_IF_ERROR(c.allgather(&mine, sizeof mine, all.data()));
@@ -224,6 +246,7 @@ double measure_gemm_flops(bool quick) {
 }
 
 int run_calibrate(const CalibrateFlags& f) {
+  if (f.repeats < 1) return fail("--repeats must be >= 1 (got " + std::to_string(f.repeats) + ")");
   if (!launched_under_mpi()) return fail("moe plan calibrate runs under mpirun (e.g. mpirun -np 4 moe plan calibrate --ranks-per-node 2)");
   if (f.max_bytes < (64 << 10)) return fail("--max-bytes must be >= 65536");
   if (f.threads < 1) return fail("--threads must be >= 1");
@@ -310,7 +333,10 @@ RunFn add_plan_calibrate_command(CLI::App& app) {
                  "Also fit compute/memory efficiency to this model's single-process prefill and decode (every rank at once)");
   app.add_option("--prompt-tokens", f->prompt_tokens, "Prompt tokens of that fit")->capture_default_str();
   app.add_option("--gen-tokens", f->gen_tokens, "Decode steps of that fit")->capture_default_str();
-  app.add_flag("--quick", f->quick, "Fewer sizes and repeats (a few seconds; for tests)");
+  app.add_option("--repeats", f->repeats,
+                 "Timed runs of each measurement (a block of collectives per size, a generate); the median is kept")
+      ->capture_default_str();
+  app.add_flag("--quick", f->quick, "Fewer sizes and iterations (a few seconds; for tests)");
   return [f]() { return run_calibrate(*f); };
 }
 
