@@ -120,6 +120,10 @@ struct EngineOptions {
   // replica to be re-loaded before serving on in degraded mode (their tokens sent to the
   // next-best live expert until the loads are done). 0 = serve degraded at once.
   double failover_wait_seconds = 2;
+  // Failover: when the group re-forms, how long rank 0 waits for the survivors to check
+  // in (seconds, > 0); a survivor that has not checked in by then is left out with the
+  // failed ranks. A loaded host may need longer than the default.
+  double failover_join_seconds = 3;
   // A new plan is adopted only if it lowers the predicted max rank load (summed over
   // MoE layers, from the load EMA) by at least this fraction: moving experts costs time.
   double rebalance_min_gain = 0.1;

@@ -107,7 +107,7 @@ TEST(ServeFailoverMpirun, GlooBackendNeedsMpirun) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_CONTAINS(r.output, "--comm-backend gloo: run under mpirun --enable-recovery");
   // Gloo's own flags without it are refused by name, not ignored.
-  for (const std::string flag : {"--failover-wait 1", "--gloo-store /tmp/x", "--gloo-host 10.0.0.1"}) {
+  for (const std::string flag : {"--failover-wait 1", "--failover-join 10", "--gloo-store /tmp/x", "--gloo-host 10.0.0.1"}) {
     const testing::CommandResult g =
         testing::run_command(testing::moe_binary() + " generate --prompt x --max-tokens 1 " + flag + " 2>&1");
     EXPECT_EQ(g.exit_code, 1) << flag << ": " << g.output;
@@ -117,6 +117,12 @@ TEST(ServeFailoverMpirun, GlooBackendNeedsMpirun) {
       testing::moe_binary() + " generate --prompt x --max-tokens 1 --failover-wait -1 2>&1");
   EXPECT_EQ(bad.exit_code, 1) << bad.output;
   EXPECT_CONTAINS(bad.output, "--failover-wait must be a finite number of seconds >= 0");
+  for (const std::string value : {"0", "-2", "inf"}) {
+    const testing::CommandResult join = testing::run_command(
+        testing::moe_binary() + " generate --prompt x --max-tokens 1 --failover-join " + value + " 2>&1");
+    EXPECT_EQ(join.exit_code, 1) << value << ": " << join.output;
+    EXPECT_CONTAINS(join.output, "--failover-join must be a finite number of seconds > 0");
+  }
 }
 
 }  // namespace

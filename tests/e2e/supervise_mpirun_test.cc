@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "contains_util.h"
 #include "serve_process.h"
 #include "supervise_stream.h"
 
@@ -90,8 +91,8 @@ double metric_reaching(int port, const std::string& name, double want) {
 // kill -9 of rank 0 is a restart. Both streams equal the fault-free text.
 TEST(SuperviseMpirun, GlooWorkerDeathIsAFailoverAndRank0DeathARestart) {
   ServeProcess server({"--supervise", "--ep", "3", "--threads", "1", "--comm-backend", "gloo", "--min-replicas", "2",
-                       "--comm-timeout", "3", "--mpirun-arg=--allow-run-as-root", "--mpirun-arg=--oversubscribe",
-                       "--recovery-timeout", "60", "--startup-timeout", "60"});
+                       "--comm-timeout", "3", "--failover-join", "10", "--mpirun-arg=--allow-run-as-root",
+                       "--mpirun-arg=--oversubscribe", "--recovery-timeout", "60", "--startup-timeout", "60"});
   ASSERT_GT(server.port(), 0) << server.log();
   const int port = server.port();
   const json greedy = request("ROMEO:\nWhat light", 80, 0);
@@ -105,11 +106,15 @@ TEST(SuperviseMpirun, GlooWorkerDeathIsAFailoverAndRank0DeathARestart) {
   EXPECT_EQ(g1.error, "") << server.log();
   EXPECT_EQ(g1.text, ref.text);
   EXPECT_EQ(metric_reaching(port, "moe:failovers_total", 1), 1) << server.log();
-  // One rank died; a survivor that does not reach the re-formation within its 3 s join
-  // window (a loaded machine: it failed so once in a -j2 suite) is left out too, by design.
+  // One rank died; a survivor that does not reach the re-formation within its join window
+  // (the default 3 s left one out once, on a loaded machine in a -j2 suite) is left out
+  // too, by design. Here --failover-join 10: the re-formation says it used that window, and
+  // the supervisor's liveness default (--comm-timeout + --failover-join + 2 s) does not
+  // take the failover's pause (up to 3 s + 10 s) for a stall.
   const double lost = metric_reaching(port, "moe:rank_failures_total", 1);
   EXPECT_GE(lost, 1);
   EXPECT_LE(lost, 2) << server.log();
+  EXPECT_CONTAINS(server.log(), "re-forming it with the ranks that answer within 10 s");
   EXPECT_EQ(testing::metric_value(port, "moe:worker_failures_total"), 0);  // no restart
   EXPECT_EQ(testing::worker_pids(port)[0], pids[0]);                      // the same group serves on
 

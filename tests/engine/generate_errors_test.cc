@@ -2,6 +2,7 @@
 // offending value; nothing is generated.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "contains_util.h"
@@ -160,6 +161,28 @@ TEST(EngineOpenErrorsTest, MinReplicasOutOfRangeOrWithoutEpIsRefused) {
   EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(e.status().message(), "min_replicas 2 needs expert parallelism");
   o.min_replicas = 1;
+  EXPECT_TRUE(Engine::open(o).ok());
+}
+
+// The failover windows: the wait for lost experts may be 0 (serve degraded at once); the
+// survivors' check-in window must be positive. NaN and infinity are refused for both.
+TEST(EngineOpenErrorsTest, FailoverWindowsOutOfRangeAreRefused) {
+  EngineOptions o{.model_dir = testing::tiny_model_dir(), .num_threads = 1};
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    o.failover_wait_seconds = bad;
+    auto e = Engine::open(o);
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_CONTAINS(e.status().message(), "failover_wait_seconds must be a finite number of seconds >= 0");
+  }
+  o.failover_wait_seconds = 0;
+  for (double bad : {0.0, -3.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    o.failover_join_seconds = bad;
+    auto e = Engine::open(o);
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_CONTAINS(e.status().message(), "failover_join_seconds must be a finite number of seconds > 0");
+  }
+  o.failover_join_seconds = 0.5;
   EXPECT_TRUE(Engine::open(o).ok());
 }
 

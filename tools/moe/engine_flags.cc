@@ -57,6 +57,11 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                      "--comm-backend gloo: seconds the survivors of a failed rank wait for its lost experts to be "
                      "re-loaded before serving with their tokens rerouted (degraded); 0 = at once")
           ->capture_default_str();
+  f->failover_join_option =
+      app.add_option("--failover-join", f->options.failover_join_seconds,
+                     "--comm-backend gloo: seconds the survivors of a failed rank have to check in when the group "
+                     "re-forms; a survivor later than that is left out with the failed rank (> 0)")
+          ->capture_default_str();
   app.add_option("--gloo-store", f->launch.gloo_store_dir,
                  "--comm-backend gloo: rendezvous directory all ranks share (default /tmp/moe-gloo-<mpirun job id>)");
   f->gloo_host_option = app.add_option("--gloo-host", f->launch.gloo_host,
@@ -239,6 +244,12 @@ std::string check_engine_flags(const EngineFlags& f) {
   }
   if (f.failover_wait_given() && f.launch.comm_backend != "gloo") {
     return "--failover-wait applies to --comm-backend gloo (failover without a restart)";
+  }
+  if (!(f.options.failover_join_seconds > 0 && std::isfinite(f.options.failover_join_seconds))) {
+    return "--failover-join must be a finite number of seconds > 0 (got " + format_g(f.options.failover_join_seconds) + ")";
+  }
+  if (f.failover_join_given() && f.launch.comm_backend != "gloo") {
+    return "--failover-join applies to --comm-backend gloo (failover without a restart)";
   }
   if (f.launch.comm_backend == "gloo" && f.options.ep_overlap) {
     return "--ep-overlap needs nonblocking all-to-all, which the gloo backend does not offer; use --comm-backend mpi";

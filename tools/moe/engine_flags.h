@@ -31,6 +31,7 @@ struct EngineFlags {
   const CLI::Option* comm_timeout_option = nullptr;  // --comm-timeout (-> launch.comm_timeout_seconds)
   const CLI::Option* gloo_host_option = nullptr;  // --gloo-host
   const CLI::Option* failover_wait_option = nullptr;  // --failover-wait
+  const CLI::Option* failover_join_option = nullptr;  // --failover-join
   // Adaptive top-k (issue 16): --min-k / --max-k land in options; given-ness for the checks.
   double adaptive_k_target = 1.0;  // -> options.adaptive_k_target when --adaptive-k-target is given
   const CLI::Option* min_k_option = nullptr;
@@ -43,6 +44,7 @@ struct EngineFlags {
   // The world size the flags ask for: --tp x --ep (--ep alone without --tp).
   int world_size() const { return launch.tp * launch.ep; }
   bool failover_wait_given() const { return failover_wait_option != nullptr && failover_wait_option->count() > 0; }
+  bool failover_join_given() const { return failover_join_option != nullptr && failover_join_option->count() > 0; }
   bool gloo_host_given() const { return gloo_host_option != nullptr && gloo_host_option->count() > 0; }
   bool capacity_given() const { return capacity_option != nullptr && capacity_option->count() > 0; }
   bool comm_timeout_given() const { return comm_timeout_option != nullptr && comm_timeout_option->count() > 0; }

@@ -246,8 +246,9 @@ RunFn add_serve_command(CLI::App& app) {
   f->liveness_option = app.add_option(
       "--liveness-timeout", f->liveness_timeout,
       "GET /health answers 503 \"stalled\" while an engine step has run longer than this (seconds; below "
-      "--comm-timeout; default min(10, --comm-timeout / 2)); with --supervise also how long the worker group may "
-      "not answer before it is replaced");
+      "--comm-timeout; default min(10, --comm-timeout / 2); --comm-backend gloo: default --comm-timeout + "
+      "--failover-join + 2, so that a failover is not taken for a stall); with --supervise also how long the worker "
+      "group may not answer before it is replaced");
   add_supervise_flags(app, f.get());
   return [f, &app] { return run_serve(*f, app); };
 }

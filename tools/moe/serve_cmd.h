@@ -44,8 +44,11 @@ struct ServeFlags {
   double effective_liveness_timeout() const {
     if (liveness_option != nullptr && liveness_option->count() > 0) return liveness_timeout;
     // --comm-backend gloo: a step may wait a whole --comm-timeout for a stopped peer,
-    // then fail over (re-forming takes up to 3 s): only past that is it stalled.
-    if (engine.launch.comm_backend == "gloo") return engine.launch.comm_timeout_seconds + 5;
+    // then fail over (re-forming waits the --failover-join window for the survivors),
+    // plus 2 s of margin: only past that is it stalled.
+    if (engine.launch.comm_backend == "gloo") {
+      return engine.launch.comm_timeout_seconds + engine.options.failover_join_seconds + 2;
+    }
     return std::min(10.0, engine.launch.comm_timeout_seconds / 2);
   }
   // --supervise: the front end here, the engine in a worker group it restarts.

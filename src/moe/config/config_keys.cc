@@ -110,6 +110,8 @@ constexpr std::array kKeys = {
               "every expert on this many ranks"},
     ConfigKey{"fault_tolerance.failover_wait", "--failover-wait", T::kNumber, 0, 1e6, "",
               "gloo: wait for lost experts (s)"},
+    ConfigKey{"fault_tolerance.failover_join", "--failover-join", T::kNumber, 1e-9, 1e6, "",
+              "gloo: survivors' check-in window when the group re-forms (s)"},
     ConfigKey{"fault_tolerance.gloo_store", "--gloo-store", T::kString, -kInf, kInf, "", "gloo rendezvous dir"},
     ConfigKey{"fault_tolerance.supervise", "--supervise", T::kBool, -kInf, kInf, "",
               "serve: restart the worker group on failure"},

@@ -269,6 +269,9 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   if (!(options.failover_wait_seconds >= 0 && std::isfinite(options.failover_wait_seconds))) {
     return invalid_argument("failover_wait_seconds must be a finite number of seconds >= 0");
   }
+  if (!(options.failover_join_seconds > 0 && std::isfinite(options.failover_join_seconds))) {
+    return invalid_argument("failover_join_seconds must be a finite number of seconds > 0");
+  }
   if (options.min_replicas < 1 || (options.min_replicas > 1 && impl->comm == nullptr)) {
     return invalid_argument("min_replicas " + std::to_string(options.min_replicas) +
                             (options.min_replicas < 1 ? " must be >= 1" : " needs expert parallelism (a communicator)"));
@@ -545,7 +548,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   }
   impl->session = std::make_unique<EpSession>(impl->comm, impl.get(), &system_clock(),
                                               EpSessionOptions{.rebalance_every = options.rebalance_every,
-                                                               .steady_timeout_seconds = options.comm_timeout_seconds});
+                                                               .steady_timeout_seconds = options.comm_timeout_seconds,
+                                                               .reform_join_seconds = options.failover_join_seconds});
   if (impl->comm != nullptr && impl->comm->rank() == 0 && options.comm_timeout_seconds > 0) {
     impl->comm->set_timeout_seconds(options.comm_timeout_seconds);  // start-up is over for rank 0
   }
