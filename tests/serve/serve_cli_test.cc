@@ -58,6 +58,25 @@ TEST(ServeCli, BadFlagValuesNameTheFlag) {
   }
 }
 
+// --supervise --comm-backend gloo: the liveness timeout must outlast a failover's pause
+// (--comm-timeout + --failover-join), else the supervisor replaces the group mid-failover.
+// Checked before any worker group starts (--mpirun points nowhere).
+TEST(ServeCli, GlooSupervisedLivenessMustOutlastAFailover) {
+  const std::string base = "--supervise --comm-backend gloo --ep 3 --port 0 --mpirun /nonexistent/mpirun ";
+  auto r = serve(base + "--comm-timeout 3 --liveness-timeout 5");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("error: --liveness-timeout (5) must be above --comm-timeout + --failover-join (6 s) with "
+                          "--supervise --comm-backend gloo"),
+            std::string::npos)
+      << r.output;
+  r = serve(base + "--comm-timeout 3 --failover-join 10 --liveness-timeout 12");
+  EXPECT_NE(r.output.find("must be above --comm-timeout + --failover-join (13 s)"), std::string::npos) << r.output;
+  // Above the pause: the flags pass, and the (missing) mpirun is what fails.
+  r = serve(base + "--comm-timeout 3 --liveness-timeout 7");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot start the worker group '/nonexistent/mpirun'"), std::string::npos) << r.output;
+}
+
 TEST(ServeCli, HelpShowsTheDeadlines) {
   auto r = testing::run_command(testing::moe_binary() + " serve --help 2>&1");
   EXPECT_EQ(r.exit_code, 0);

@@ -84,6 +84,15 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
     return "--liveness-timeout (" + format_g(f.liveness_timeout) + ") must be below --comm-timeout (" +
            format_g(f.engine.launch.comm_timeout_seconds) + ")";
   }
+  // --supervise --comm-backend gloo: a failover pauses a step for up to --comm-timeout (a
+  // stopped peer) plus the --failover-join window; a shorter liveness timeout would have
+  // the supervisor replace the group in the middle of every failover.
+  const double failover_pause = f.engine.launch.comm_timeout_seconds + f.engine.options.failover_join_seconds;
+  if (f.supervise && f.engine.launch.comm_backend == "gloo" && f.effective_liveness_timeout() <= failover_pause) {
+    return "--liveness-timeout (" + format_g(f.liveness_timeout) + ") must be above --comm-timeout + --failover-join (" +
+           format_g(failover_pause) + " s) with --supervise --comm-backend gloo: a failover pauses a step that long, "
+           "and the supervisor would replace the group in the middle of it";
+  }
   return "";
 }
 
