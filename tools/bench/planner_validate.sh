@@ -10,7 +10,8 @@
 #   env: MOE (binary, default ./build/moe), BATCH (8), INPUT_LEN (64), OUTPUT_LEN (32),
 #        THREADS (1 per rank), ROUNDS (2: interleaved repeats, median taken),
 #        DP_BATCH (8: prompts of the DP-attention vs driver-only table; 0 = skip it),
-#        SINGLE (1; 0 = skip the one-prompt table, e.g. to rerun the batch table alone)
+#        SINGLE (1; 0 = skip the one-prompt table, e.g. to rerun the batch table alone),
+#        KEEP (a directory: the last model's profile.json, plans and raw measurements are copied there)
 # The measured figure is (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN of one generate (ms per
 # output step, prefill included); the prediction is the same quantity,
 # (TTFT + OUTPUT_LEN x TPOT) / OUTPUT_LEN, with --driver-attention (attention runs on the
@@ -22,7 +23,8 @@ models=("$@")
 [ ${#models[@]} -eq 0 ] && models=(/work/models/bench-mixtral-579m /work/models/bench-deepseek-v3-500m)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# KEEP=DIR keeps the last model's profiles, plans and raw measurements there.
+trap '[ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp -r "$out"/. "$KEEP"/; rm -rf "$out"' EXIT
 MPI=(mpirun --oversubscribe -np 4)
 # About INPUT_LEN tokens of prompt for the bench models' tokenizer (one word, one token or two).
 PROMPT=$(for ((i = 0; i < INPUT_LEN / 2; i++)); do printf "the king "; done)
@@ -77,13 +79,14 @@ for line in open(f"{d}/measured"):
     name, tp, ep, fused, secs = line.split()
     meas.setdefault((name, int(tp), int(ep), fused == "on"), []).append(float(secs) * 1e3 / O)
 rows = []
-print(f"{'strategy':<14} {'pred ms/step':>12} {'meas ms/step':>12} {'error %':>8} {'plan rank':>9}")
+print(f"{'strategy':<14} {'pred ms/step':>12} {'meas ms/step':>12} {'error %':>8} {'plan rank':>9}  rounds (ms/step)")
 for (name, tp, ep, fused), v in meas.items():
     m = statistics.median(v)
     p, rank = predicted(tp, ep, fused)
     err = (p - m) / m * 100 if p else float("nan")
     rows.append((name, p, m, err, rank))
-    print(f"{name:<14} {p if p else float('nan'):>12.2f} {m:>12.2f} {err:>8.1f} {rank if rank else '-':>9}")
+    print(f"{name:<14} {p if p else float('nan'):>12.2f} {m:>12.2f} {err:>8.1f} {rank if rank else '-':>9}  "
+          + " ".join(f"{x:.2f}" for x in v))
 if rows:
     best = min(rows, key=lambda r: r[2])
     cands = [r for r in rows if r[1]]
