@@ -141,9 +141,9 @@ StepCost step_cost(const ModelShape& m, const HardwareProfile& hw, const Cluster
     intra = inter = 0;
     // Before each dispatch the EP group exchanges its row counts (one int64 per peer):
     // an all-to-all of 8 e bytes, latency only, once per micro-batch.
-    const double count_exchanges = w.overlap_compute ? 2.0 : 1.0;
+    const int count_exchanges = w.overlap_compute ? 2 : 1;  // one per micro-batch
     auto add_counts = [&](GroupShape ep) {
-      for (int i = 0; i < static_cast<int>(count_exchanges); ++i) add_comm(ep, Primitive::kAllToAll, 8.0 * e, 1);
+      for (int i = 0; i < count_exchanges; ++i) add_comm(ep, Primitive::kAllToAll, 8.0 * e, 1);
     };
     if (t > 1 && t == ta) {
       // TP (e == 1) or hybrid: the MoE TP group is the attention TP group.
