@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # Installs dependencies (Debian 12 packages), builds moe-engine, and runs generation on
 # the model shipped in models/. Usage: ./scripts/setup.sh [--no-run]
+# MOE_PHASE_LOG=FILE appends "<phase> <seconds>" lines (apt, build) to FILE (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  "" | --no-run) ;;
+  -h | --help) sed -n '2,3p' "$0" | sed 's/^# //'; exit 0 ;;
+  *) echo "setup.sh: unknown option '$1' (usage: ./scripts/setup.sh [--no-run])" >&2; exit 2 ;;
+esac
+phase_start=$SECONDS
+phase_done() {
+  [ -z "${MOE_PHASE_LOG:-}" ] || echo "$1 $((SECONDS - phase_start))" >> "$MOE_PHASE_LOG"
+  phase_start=$SECONDS
+}
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev      # GEMM (sgemm), OpenMP build
   libdnnl-dev                 # oneDNN: bf16 prefill GEMM (--matmul-precision medium)
+  ocl-icd-opencl-dev          # OpenCL: oneDNN's CMake config requires it (libdnnl-dev only recommends it)
   libsentencepiece-dev        # tokenizer (tokenizer.model)
   libpcre2-dev libutf8proc-dev  # tokenizer.json: pre-tokenizer regexes, NFC normalization
   libxxhash-dev               # checksums / model fingerprints / store shard hashes
@@ -37,13 +49,39 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "==> installing: ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Fail here, naming apt and the packages, rather than in CMake twenty minutes later.
+  update_log=$(mktemp)
+  trap 'rm -f "$update_log"' EXIT
+  if ! $SUDO apt-get update -qq 2>&1 | tee "$update_log"; then
+    echo "setup.sh: 'apt-get update' failed (see above); these packages are still needed: ${missing[*]}" >&2
+    exit 1
+  fi
+  unavailable=()
+  for p in "${missing[@]}"; do
+    candidate=$(apt-cache policy "$p" 2> /dev/null | awk '/Candidate:/ {print $2}')
+    [ -n "$candidate" ] && [ "$candidate" != "(none)" ] || unavailable+=("$p")
+  done
+  if [ ${#unavailable[@]} -gt 0 ]; then
+    if grep -q "Failed to fetch" "$update_log"; then
+      echo "setup.sh: apt could not reach the package archive ($(grep -m1 -o 'Failed to fetch.*' "$update_log"));" \
+           "cannot install: ${unavailable[*]}" >&2
+    else
+      echo "setup.sh: apt has no installable version of: ${unavailable[*]}" \
+           "(is Debian 12 bookworm main in /etc/apt/sources.list*?)" >&2
+    fi
+    exit 1
+  fi
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+    echo "setup.sh: 'apt-get install' failed for: ${missing[*]}" >&2
+    exit 1
+  fi
 fi
+phase_done apt
 
 echo "==> building (build/)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
+phase_done build
 
 if [ "${1:-}" != "--no-run" ]; then
   echo "==> generating with the shipped model (models/tiny-mixtral-shakespeare), experts split over 2 MPI ranks"
