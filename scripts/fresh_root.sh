@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# A minimal Debian 12 root for trying the README's set-up as a new machine would: nothing
+# the host installed is visible inside it (no bind mount of /usr, /opt or $HOME), only the
+# checkout, a package cache and an npm cache. CI (.ci/run) runs every stage inside one.
+#
+# Usage (as root):
+#   scripts/fresh_root.sh create            make a new root (mmdebstrap --variant=minbase);
+#                                           an existing or half-built one is replaced
+#   scripts/fresh_root.sh run [--offline] [--] CMD [ARG...]
+#                                           run CMD inside the root, in the checkout, with
+#                                           /proc, /sys, /dev and a private /dev/shm mounted;
+#                                           --offline: in an empty network namespace
+#   scripts/fresh_root.sh remove            delete the root (refused while a process uses it)
+#   scripts/fresh_root.sh status            say whether the root exists and is complete
+#
+# Environment:
+#   MOE_FRESH_ROOT    where the root lives (default /var/tmp/moe-fresh-root)
+#   MOE_FRESH_CACHE   caches kept between roots (default /var/cache/moe-fresh-root):
+#                     apt/ (downloaded .deb files) and npm/ (npm's cache)
+#   MOE_FRESH_MIRROR  the Debian mirror (default http://deb.debian.org/debian)
+#   MOE_FRESH_MMDEBSTRAP  the mmdebstrap command (default mmdebstrap)
+#
+# A root is built in $MOE_FRESH_ROOT.partial and renamed into place only when mmdebstrap
+# has finished, so a root at $MOE_FRESH_ROOT is always complete; a .partial left by a
+# killed create is removed by the next create and refused by run.
+#
+# `run` starts its command in its own mount and PID namespaces (unshare -m -p
+# --kill-child): every mount it makes is private to them, and when `run` dies, even by
+# SIGKILL, every process inside is killed, so no mount and no process outlives it.
+set -euo pipefail
+
+ROOT=${MOE_FRESH_ROOT:-/var/tmp/moe-fresh-root}
+CACHE=${MOE_FRESH_CACHE:-/var/cache/moe-fresh-root}
+MIRROR=${MOE_FRESH_MIRROR:-http://deb.debian.org/debian}
+MMDEBSTRAP=${MOE_FRESH_MMDEBSTRAP:-mmdebstrap}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+ME="fresh_root.sh"
+
+die() { echo "$ME: $*" >&2; exit 1; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "must run as root (it makes mount namespaces and chroots); try sudo $0 $*"
+}
+
+# PIDs of processes whose root directory or working directory is inside the root.
+users_of_root() {
+  local p link
+  for p in /proc/[0-9]*; do
+    for link in "$p/root" "$p/cwd"; do
+      case "$(readlink "$link" 2> /dev/null || true)" in
+        "$ROOT" | "$ROOT"/*) echo "${p#/proc/}"; break ;;
+      esac
+    done
+  done
+}
+
+mounts_under_root() {
+  findmnt -rn -o TARGET | awk -v r="$ROOT" 'index($0, r "/") == 1 || $0 == r' || true
+}
+
+remove_dir() {
+  local dir=$1
+  [ -e "$dir" ] || return 0
+  rm -rf --one-file-system "$dir"
+}
+
+cmd_remove() {
+  local pids mounts
+  pids=$(users_of_root | tr '\n' ' ')
+  [ -z "$pids" ] || die "the root $ROOT is in use by process(es) $pids; stop them first"
+  mounts=$(mounts_under_root)
+  [ -z "$mounts" ] || die "mounts remain under $ROOT, not removing it: $(echo $mounts)"
+  remove_dir "$ROOT"
+  remove_dir "$ROOT.partial"
+  echo "==> removed $ROOT"
+}
+
+cmd_create() {
+  command -v "${MMDEBSTRAP%% *}" > /dev/null ||
+    die "mmdebstrap not found: install it with apt-get install mmdebstrap"
+  if [ -e "$ROOT.partial" ]; then
+    echo "==> $ROOT.partial is a half-built root left by an interrupted create: removing it"
+    remove_dir "$ROOT.partial"
+  fi
+  if [ -e "$ROOT" ]; then
+    echo "==> replacing the existing root $ROOT"
+    cmd_remove > /dev/null
+  fi
+  mkdir -p "$CACHE/apt" "$CACHE/npm" "$(dirname "$ROOT")"
+  echo "==> creating a minimal Debian 12 (bookworm) root in $ROOT (mmdebstrap, $MIRROR)"
+  # The .deb files come from and go back to $CACHE/apt (mmdebstrap's documented cache
+  # hooks); the root's sources are the mirror's bookworm, bookworm-updates and security.
+  local security=${MIRROR%/debian}/debian-security
+  $MMDEBSTRAP --variant=minbase --mode=root --skip=download/empty \
+    --aptopt='Acquire::Check-Valid-Until "false"' \
+    --setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
+    --setup-hook="sync-in $CACHE/apt /var/cache/apt/archives/" \
+    --customize-hook="sync-out /var/cache/apt/archives $CACHE/apt" \
+    bookworm "$ROOT.partial" \
+    "deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" \
+    "deb $security bookworm-security main"
+  rm -f "$CACHE"/apt/lock
+  date -u +%Y-%m-%dT%H:%M:%SZ > "$ROOT.partial/etc/moe-fresh-root"
+  mv "$ROOT.partial" "$ROOT"
+  echo "==> root ready: $ROOT ($(du -sh --one-file-system "$ROOT" | cut -f1))"
+}
+
+cmd_status() {
+  if [ -e "$ROOT.partial" ]; then echo "$ROOT.partial: half-built (an interrupted create)"; fi
+  if [ -f "$ROOT/etc/moe-fresh-root" ]; then
+    echo "$ROOT: complete, created $(cat "$ROOT/etc/moe-fresh-root")"
+  elif [ -e "$ROOT" ]; then
+    echo "$ROOT: not a root made by $ME"
+    return 1
+  else
+    echo "$ROOT: absent"
+    return 1
+  fi
+}
+
+cmd_run() {
+  local net=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --offline) net=(--net); shift ;;
+      --) shift; break ;;
+      -*) die "run: unknown option $1" ;;
+      *) break ;;
+    esac
+  done
+  [ $# -gt 0 ] || die "run: no command given"
+  if [ ! -e "$ROOT" ] && [ -e "$ROOT.partial" ]; then
+    die "$ROOT.partial is half-built (an interrupted create): run '$0 create' again"
+  fi
+  [ -f "$ROOT/etc/moe-fresh-root" ] || die "no complete root at $ROOT: run '$0 create' first"
+  mkdir -p "$CACHE/apt" "$CACHE/npm"
+  local workdir=$PWD
+  case "$workdir" in "$SRC" | "$SRC"/*) ;; *) workdir=$SRC ;; esac
+  # Inside the new namespaces: mount, then chroot with a clean environment (the host's
+  # PATH, Python and Node are not the root's).
+  export ROOT CACHE SRC workdir
+  exec unshare --mount --propagation private --pid --fork --kill-child "${net[@]}" -- \
+    /bin/bash -c '
+      set -e
+      mount -t proc proc "$ROOT/proc"
+      mount --rbind /sys "$ROOT/sys"
+      mount --rbind /dev "$ROOT/dev"
+      mount -t tmpfs -o mode=1777 tmpfs "$ROOT/dev/shm"
+      mkdir -p "$ROOT$SRC" "$ROOT/var/cache/apt/archives" "$ROOT/root/.npm"
+      mount --bind "$SRC" "$ROOT$SRC"
+      mount --bind "$CACHE/apt" "$ROOT/var/cache/apt/archives"
+      mount --bind "$CACHE/npm" "$ROOT/root/.npm"
+      cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2> /dev/null || true
+      exec chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        /bin/bash -c "cd \"$workdir\" && exec \"\$@\"" bash "$@"
+    ' bash "$@"
+}
+
+[ $# -gt 0 ] || usage
+verb=$1
+shift
+case "$verb" in
+  create) need_root "$verb"; [ $# -eq 0 ] || die "create: unexpected argument $1"; cmd_create ;;
+  run) need_root "$verb"; cmd_run "$@" ;;
+  remove) need_root "$verb"; cmd_remove ;;
+  status) cmd_status ;;
+  -h | --help | help) usage ;;
+  *) echo "$ME: unknown command '$verb' (create, run, remove, status)" >&2; exit 2 ;;
+esac
