@@ -1,4 +1,4 @@
-// What one OpenMP fork/join costs next to the decode work it wraps (issue 18, "decode
+// What one OpenMP fork/join costs next to the decode work it wraps (the suspicion: "decode
 // forks and joins threads about 5 times per layer"): an empty `omp parallel` + dynamic
 // `omp for` over 16 items (the shape of linear_many's region), and the decode-sized
 // bf16 GEMV call that such a region carries (linear_many of one [rows x 1024] matrix, one

@@ -1,5 +1,5 @@
 // What Gloo (Debian libgloo-dev 0.0~git20220518) lets survivors do after a rank is
-// SIGKILLed: the measurement behind the mechanism choice of issue 12 (docs/reliability.md,
+// SIGKILLed: the measurement behind the failover mechanism choice (docs/reliability.md,
 // "## Mechanism"). A throwaway experiment, not part of the engine. No mpirun: it forks 3
 // processes that rendezvous through a gloo FileStore in a temp directory over the TCP
 // transport (127.0.0.1), run one allreduce, then rank 2 SIGKILLs itself. The survivors

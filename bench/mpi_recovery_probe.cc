@@ -1,5 +1,5 @@
 // What Open MPI (4.1) lets survivors do after a rank is SIGKILLed: the measurement behind
-// the mechanism choice of issue 12 (docs/reliability.md, "## Mechanism"). A throwaway
+// the failover mechanism choice (docs/reliability.md, "## Mechanism"). A throwaway
 // experiment, not part of the engine.
 //
 // Run it with 3 ranks; rank 2 kills itself (SIGKILL) after a first barrier, the

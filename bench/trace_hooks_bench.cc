@@ -1,4 +1,4 @@
-// The per-call cost of the per-step trace hooks (issue 16; docs/performance.md, "Per-step
+// The per-call cost of the per-step trace hooks (docs/performance.md, "Per-step
 // tracing overhead"): what a decode step pays for them with tracing off (a TraceSpan on a
 // null recorder: two tests of a pointer) and on (two clock reads and a 40-byte event),
 // and the always-on per-link byte counters of an exchange (4 ranks), so that the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libFuzzer targets (fuzz/, issue 17): builds them in build-asan/ (clang, ASan + UBSan and
+# libFuzzer targets (fuzz/): builds them in build-asan/ (clang, ASan + UBSan and
 # libFuzzer's coverage: scripts/asan_build.sh; the build of scripts/test.sh --sanitize)
 # and runs each on its seed corpus (fuzz/corpus/<target>/, copied to build-asan/corpus/
 # so that what a run finds is kept there, not in git) for SECONDS.

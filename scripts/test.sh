@@ -4,7 +4,7 @@
 #               run the unit and MPI tests (labels unit|mpi) under them
 #   --tsan      build in build-tsan/ with ThreadSanitizer (MOE_TSAN) and run the unit tests
 #               of the threaded parts: scheduler, HTTP server, rate limiter, thread pool,
-#               in-process communicator (issue 17; not run in CI: a whole extra build)
+#               in-process communicator (not run in CI: a whole extra build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build

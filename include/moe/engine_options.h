@@ -29,7 +29,7 @@ struct EngineOptions {
   // gives it the longer start-up deadline, include/moe/launch.h); rank 0 switches when
   // open returns, each worker after that first header. 0 = keep the communicator's.
   double comm_timeout_seconds = 0;
-  // Tensor parallelism (issue 15): the world (comm's ranks) is tp_size x ep_size ranks;
+  // Tensor parallelism: the world (comm's ranks) is tp_size x ep_size ranks;
   // world rank r has tp rank r % tp_size and EP rank r / tp_size, so a TP group is
   // tp_size consecutive ranks, which must lie on one node (docs/architecture.md). Each
   // rank of a TP group holds 1/tp_size of every attention head set, MLP and expert
@@ -43,14 +43,14 @@ struct EngineOptions {
   // reduce-scatter -> all-to-all -> all-gather instead of an all-reduce followed by the
   // all-to-all. No effect otherwise.
   bool fused_moe = true;
-  // DP-attention (issue 15; SGLang's and vLLM's data-parallel attention): each TP group
+  // DP-attention (SGLang's and vLLM's data-parallel attention): each TP group
   // (one per node; each rank without TP) runs attention for its own share of the
   // scheduler's sequences, which keep their KV cache on that group; the MoE layers stay
   // expert-parallel across the groups; logits return to rank 0. A single-sequence
   // Engine::generate runs on rank 0's group. Needs comm and ep_size > 1; refused (naming
   // --dp-attention) with --rebalance-every and with a backend that re-forms (gloo).
   bool dp_attention = false;
-  // Overlap of the MoE all-to-all with expert compute (issue 18): the tokens split into
+  // Overlap of the MoE all-to-all with expert compute: the tokens split into
   // micro-batches, pipelined (src/moe/moe/ep_moe_layer.h), with the flat and the
   // hierarchical all-to-all alike (src/moe/moe/ep_hierarchical.h); a2a_hierarchical -1
   // (auto) chooses as without overlap (logged on several nodes).
@@ -59,7 +59,7 @@ struct EngineOptions {
   // from the group's mean tokens per rank). Set without ep_overlap, or another value:
   // InvalidArgument naming --ep-micro-batches.
   int ep_micro_batches = 0;
-  // KV cache element type (issue 18, --kv-dtype): "f32" (default), "bf16" or "f16". A
+  // KV cache element type (--kv-dtype): "f32" (default), "bf16" or "f16". A
   // 16-bit cache halves the bytes decode attention reads per step and the memory per
   // cached token (the scheduler's default pool holds twice the tokens); keys and values
   // are rounded to nearest when written, and attention reads them directly (f32
@@ -82,7 +82,7 @@ struct EngineOptions {
   // A capacity_factor with overflow_policy "dropless" is refused (InvalidArgument).
   std::string overflow_policy{};
   std::optional<double> capacity_factor{};  // unset: 1.0 (resolved_capacity_factor())
-  // Adaptive top-k (issue 16; the exact rule is in src/moe/moe/adaptive_k.h): every
+  // Adaptive top-k (the exact rule is in src/moe/moe/adaptive_k.h): every
   // token uses at most max_k experts, and when an expert's step load (over all EP ranks)
   // exceeds the load target ceil(tokens * max_k * F / experts), it sheds its assignments
   // in slots >= min_k with the smallest weight shares, so no token falls below min_k;
@@ -156,12 +156,12 @@ struct EngineOptions {
   // later ones are dropped and counted in the file.
   std::string trace_path{};
   int64_t trace_max_events = 1000000;
-  // Hardening (issue 17): Engine::open refuses (DataLoss naming the tensor) a checkpoint
+  // Hardening: Engine::open refuses (DataLoss naming the tensor) a checkpoint
   // whose loaded weights hold a NaN or Inf: one scan of the bytes this process holds
   // (`moe ... --skip-weight-check` turns it off). Under expert parallelism every rank
   // also compares a digest of every expert with rank 0's, always.
   bool check_weights_finite = true;
-  // Kernels and weight formats (issue 18; src/moe/ops/kernel_isa.h, model/int8_quant.h).
+  // Kernels and weight formats (src/moe/ops/kernel_isa.h, model/int8_quant.h).
   // kernels: the linear kernels' instruction set, "auto" (default: the best this CPU
   // has), "avx2", "avx512" or "avx512-bf16"; one the CPU lacks, or another name, is
   // InvalidArgument from Engine::open. weights: "native" (default: as the checkpoint

@@ -48,7 +48,7 @@ TEST(CliBenchA2aTest, BothSpellingsAtOnceAreAUsageError) {
 }
 
 // Overlap on 4 ranks as 2 nodes of 2: a table for the flat and one for the hierarchical
-// exchange (issue 18), each row with the engine's ratio in [0, 100]%.
+// exchange, each row with the engine's ratio in [0, 100]%.
 TEST(CliBenchA2aTest, OverlapTablesForFlatAndHierarchical) {
   auto r = run_command("mpirun --allow-run-as-root --oversubscribe -np 4 " + moe_binary() +
                        " bench a2a --threads 1 --hidden 32 --tokens 16 --routing uniform --experts 8 --num-topk 2"

@@ -127,7 +127,7 @@ TEST(BenchGenerateCliTest, BadMlaListsRefusedByName) {
                     {"--mla-attention", "model_type 'mixtral'"});
 }
 
-// Kernel paths and weight formats (issue 18): one engine per combination, labelled by
+// Kernel paths and weight formats: one engine per combination, labelled by
 // the dimensions that vary, with ratios to the first; names are checked by the engine.
 TEST(BenchGenerateCliTest, KernelAndWeightListsInterleaved) {
   auto r = bench_stdout("--model " + sh_quote(tiny_model_dir()) + " --threads 1 --repeats 1 --kernels avx2,auto " +

@@ -77,7 +77,7 @@ TEST(CliErrorsTest, MissingConfig) {
   expect_error_exit(r, {dir.file("config.json")});
 }
 
-// Issue 17: --threads 100000 crashed (a stack overflow in the OpenMP runtime). The
+// --threads 100000 used to crash (a stack overflow in the OpenMP runtime). The
 // limit is 4 x the machine's hardware threads, named in the message.
 TEST(CliErrorsTest, AbsurdThreadCount) {
   const unsigned hw = std::thread::hardware_concurrency();
@@ -93,7 +93,7 @@ TEST(CliErrorsTest, MissingPrompt) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
-// Issue 17: an unknown flag is named, not the required --prompt it displaced.
+// An unknown flag is named, not the required --prompt it displaced.
 TEST(CliErrorsTest, UnknownFlagIsNamedBeforeAMissingRequiredOne) {
   auto r = generate("--bogus");
   expect_error_exit(r, {"not expected: --bogus"});
@@ -132,7 +132,7 @@ TEST(CliErrorsTest, NegativeTemperature) {
 
 TEST(CliErrorsTest, NanTemperature) { expect_error_exit(generate("--prompt hi --temperature nan"), {"--temperature"}); }
 
-// Issue 17: --top-p 1e-300 is valid (it was refused as "got 0.000000"): its nucleus is
+// --top-p 1e-300 is valid (it used to be refused as "got 0.000000"): its nucleus is
 // the most likely token alone, so a sampled run gives the greedy text.
 TEST(CliErrorsTest, TinyTopPIsValidAndKeepsOnlyTheTopToken) {
   const CommandResult tiny = generate("--prompt ROMEO: --max-tokens 8 --temperature 0.9 --seed 5 --top-p 1e-300");

@@ -95,7 +95,7 @@ TEST(ConfigCli, ShowPrintsOriginsAndFlagsOverride) {
 TEST(ConfigCli, ShippedSeedConfigShowsEveryKey) {
   const std::string cfg = source_dir() + "/configs/moe_inference_config.yaml";
   const CommandResult r = run_command(moe_binary() + " config show --json --config " + cfg);
-  // Before the adaptive top-k flags exist (issue 16 part C) router.adaptive_k/min_k/max_k
+  // Before the adaptive top-k flags exist, router.adaptive_k/min_k/max_k
   // show as "not in this build" and token_drop_policy adaptive_requeue is refused by
   // --overflow-policy; after, the file applies (router.k 8 against the shipped model's 2:
   // a warning here, an error when a command launches).

@@ -1,4 +1,4 @@
-// DP-attention end to end (issue 15): `mpirun -np W moe generate --prompts-file F
+// DP-attention end to end: `mpirun -np W moe generate --prompts-file F
 // --dp-attention on [--tp K] --ep M` (several prompts generated together, the scheduler
 // spreading them over the attention groups) against the single-process run of the same
 // batch: identical greedy tokens and text, each token's logprob within 1e-4 of the

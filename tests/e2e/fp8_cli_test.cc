@@ -29,7 +29,7 @@ TEST(Fp8CliTest, GenerateNativeAndDequantAndABadMode) {
   EXPECT_CONTAINS(bad.output, "fast");
 }
 
-// Issue 17: --fp8 native on a model with no FP8 weights was accepted and ignored.
+// --fp8 native on a model with no FP8 weights used to be accepted and ignored.
 TEST(Fp8CliTest, Fp8NativeRefusedWithoutFp8Weights) {
   const auto r = run_command(moe_binary() + " generate --model " + sh_quote(testing::tiny_model_dir()) +
                              " --prompt 'ROMEO:' --max-tokens 2 --threads 1 --fp8 native");

@@ -1,4 +1,4 @@
-// Tensor parallelism end to end (issue 15): `mpirun -np W moe generate --tp K [--ep M]`
+// Tensor parallelism end to end: `mpirun -np W moe generate --tp K [--ep M]`
 // against the single-process run of the same model: identical greedy tokens and text,
 // last prompt position's logits within 1e-4 of the logit range. Pure TP (--tp 2, --tp 4),
 // hybrid TP-in-node x EP-across-nodes (--tp 2 --ep 2 --ranks-per-node 2) with the fused

@@ -1,4 +1,4 @@
-// Engine::open's checks of the decode-speed and overlap options (issue 18 part B):
+// Engine::open's checks of the decode-speed and overlap options:
 // --ep-micro-batches out of range or without --ep-overlap, an unknown --kv-dtype and a
 // 16-bit KV cache for an MLA model are refused by name; the valid forms open (--ep-overlap
 // with the hierarchical all-to-all too); a bf16 / f16 KV cache changes the logits a
@@ -40,7 +40,7 @@ TEST(DecodeOptionsTest, MicroBatchesWithoutOverlapAreRefused) {
   EXPECT_TRUE(Engine::open(o).ok());
 }
 
-// The hierarchical all-to-all has overlap too (issue 18): no longer refused.
+// The hierarchical all-to-all has overlap too: no longer refused.
 TEST(DecodeOptionsTest, OverlapWithHierarchicalOpens) {
   EngineOptions o = base();
   o.ep_overlap = true;

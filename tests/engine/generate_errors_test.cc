@@ -238,7 +238,7 @@ TEST(EngineOpenErrorsTest, CorruptTokenizerConfig) {
 namespace moe {
 namespace {
 
-// Issue 17: fp8_mode native on a bf16 checkpoint was accepted and ignored.
+// fp8_mode native on a bf16 checkpoint used to be accepted and ignored.
 TEST(EngineOpenErrorsTest, Fp8NativeWithoutFp8WeightsIsRefused) {
   EngineOptions o{.model_dir = tiny_model_dir(), .num_threads = 1};
   o.fp8_mode = Fp8Mode::kNative;

@@ -1,5 +1,5 @@
 // The whole engine on each kernel path and weight format (EngineOptions::kernels,
-// ::weights; issue 18) against the independent PyTorch golden data of the shipped tiny
+// ::weights) against the independent PyTorch golden data of the shipped tiny
 // Mixtral (tests/data/golden/tiny-mixtral, tools/reference/make_golden.py): final
 // prompt-position logits within a fraction of the logit range, and the first greedy
 // token; with and without batch_invariant (which runs the path's GEMV kernels for the

@@ -1,4 +1,4 @@
-// EngineOptions::matmul_precision (`--matmul-precision`, issue 18): "medium" prefills with
+// EngineOptions::matmul_precision (`--matmul-precision`): "medium" prefills with
 // bf16 activations (oneDNN's AVX-512 BF16 matmul). The shipped tiny Mixtral against the
 // independent PyTorch golden data (tests/data/golden/tiny-mixtral, f32 activations):
 // final prompt-position logits within 2e-3 of the logit range (measured: up to 3.7e-4) (bf16 activations cost

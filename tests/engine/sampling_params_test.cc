@@ -1,4 +1,4 @@
-// Issue 14's sampling parameters on the tiny model, through the Scheduler (and
+// The OpenAI surface's sampling parameters on the tiny model, through the Scheduler (and
 // Engine::generate where it has them): each changes the output as specified, checked
 // against independent runs (Engine::generate's logits for each prefix, processed by
 // the formulas written out here): repetition_penalty changes greedy text; penalties and

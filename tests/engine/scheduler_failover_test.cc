@@ -1,4 +1,4 @@
-// Expert-level failover without a restart (issue 12, level 1): three EP ranks as
+// Expert-level failover without a restart (level 1 of docs/reliability.md): three EP ranks as
 // threads over the Gloo backend; rank 2 vanishes in the middle of serving (its
 // FaultyCommunicator stops taking part, then its sockets close as its thread ends).
 // Rank 0 and rank 1 re-form the group and go on: every request in flight completes

@@ -1,4 +1,4 @@
-// Issue 17's silent wrong answers, refused at start-up (model/weight_checks.h):
+// Silent wrong answers from bad weights, refused at start-up (model/weight_checks.h):
 //   - a NaN or Inf weight (Engine::open: DataLoss naming the tensor, unless
 //     check_weights_finite is off);
 //   - two expert-parallel ranks whose expert weights differ (experts 4 and 5 swapped in

@@ -314,7 +314,7 @@ TEST(ConfigTest, UnknownRopeScalingTypeIsRefusedByName) {
   EXPECT_EQ(parse(j)->rope_scaling.type, RopeScaling::Type::kLinear);
 }
 
-// Issue 17 item 2: 1e9 positions used to size a RoPE table (bad_alloc); now refused by
+// A max_position_embeddings of 1e9 used to size a RoPE table (bad_alloc); now refused by
 // name, while DeepSeek-V3's 163840 and the 2^24 limit itself parse.
 TEST(ConfigTest, AbsurdMaxPositionEmbeddingsRefusedByName) {
   json j = tiny_config();

@@ -1,4 +1,4 @@
-// FP8 dequantisation against the torch reference: h-ref's random-deepseek-v3-fp8
+// FP8 dequantisation against the torch reference: the seeded random-deepseek-v3-fp8
 // checkpoint (F8_E4M3, 32 x 32 block scales, partial edge blocks) and the dequantised
 // values tools/reference/ computed from it (tests/data/golden/deepseek-v3-fp8-dequant:
 // w = fp8(bits) * scale_inv, in float32). The routed expert and the shared expert are

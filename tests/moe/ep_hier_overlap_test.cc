@@ -1,4 +1,4 @@
-// The hierarchical all-to-all with overlap (EpOptions::hierarchical + overlap, issue 18):
+// The hierarchical all-to-all with overlap (EpOptions::hierarchical + overlap):
 // 4 in-process ranks as 2 emulated nodes of 2. With batch-invariant kernels its output
 // equals the blocking hierarchical exchange's bitwise (the same steps on the same rows,
 // only the timing of the exchanges differs), for 2 and 3 micro-batches and auto, with

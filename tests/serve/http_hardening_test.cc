@@ -1,4 +1,4 @@
-// Issue 17's findings on the HTTP front end, each a regression test named after it:
+// The hardening probes' findings on the HTTP front end, each a regression test named after it:
 // slow clients (slowloris) do not starve /health or completions, the whole-head
 // deadline, the per-client connection cap, keep-alive and pipelining through the gate,
 // a POST without Content-Length answered at once, byte-length rejection before
@@ -123,7 +123,7 @@ size_t fd_budget() {
   return static_cast<size_t>(rl.rlim_cur);
 }
 
-// Issue 17: ~2,100 sockets trickling request heads blocked the server (one worker each,
+// ~2,100 sockets trickling request heads used to block the server (one worker each,
 // per-read timeouts). With 64 workers at most, many times as many slow sockets: /health
 // and a completion are answered within 1 s, before and after the sockets trickle more.
 TEST_F(HttpHardeningTest, SlowlorisDoesNotStarveHealth) {
@@ -278,7 +278,7 @@ TEST_F(HttpHardeningTest, GateCountersOnMetrics) {
   EXPECT_EQ(metric(m, "moe:http_connections_waiting"), 0) << m;
 }
 
-// Issue 17: a POST with no body and no Content-Length waited 10 s (the read timeout)
+// A POST with no body and no Content-Length used to wait 10 s (the read timeout)
 // for its 400; it has an empty body (RFC 9112) and is answered at once.
 TEST_F(HttpHardeningTest, PostWithoutContentLengthAnsweredAtOnce) {
   start();
@@ -295,7 +295,7 @@ TEST_F(HttpHardeningTest, PostWithoutContentLengthAnsweredAtOnce) {
   EXPECT_LT(seconds_since(t0), 2.0);
 }
 
-// Issue 17: a 1 MB prompt was tokenized (1-2 s, 140 MB) before the context check.
+// A 1 MB prompt used to be tokenized (1-2 s, 140 MB) before the context check.
 TEST_F(HttpHardeningTest, ByteLengthRejectedBeforeTokenizing) {
   ServerOptions o;
   o.max_body_bytes = 2 << 20;
@@ -332,7 +332,7 @@ TEST_F(HttpHardeningTest, ByteLengthRejectedBeforeTokenizing) {
   EXPECT_GT(service_.count_tokens_calls, calls_before);
 }
 
-// Issue 17: invalid requests never counted against the rate limit.
+// Invalid requests used not to count against the rate limit.
 TEST_F(HttpHardeningTest, RejectedRequestsCountAgainstRateLimit) {
   ServerOptions o;
   o.rate_limits.requests_per_second = 1;
@@ -363,7 +363,7 @@ TEST_F(HttpHardeningTest, RejectedRequestsCountAgainstRateLimit) {
   EXPECT_EQ(good->status, 200);
 }
 
-// Issue 17: errors about the context carried "param": null.
+// Errors about the context used to carry "param": null.
 TEST_F(HttpHardeningTest, EngineErrorsCarryParam) {
   start();
   // Within the byte bound, over the 256-token context: the service's InvalidArgument.

@@ -50,7 +50,7 @@ TEST(OpenAiProtocol, CompletionDefaultsFollowOpenAi) {
   EXPECT_FALSE(r.include_usage);
 }
 
-// Issue 17: top_p 1e-300 is valid, but as a float it rounds to 0 and was refused ("got
+// top_p 1e-300 is valid, but as a float it rounds to 0 and used to be refused ("got
 // 0.000000"). It becomes the smallest positive float: the same nucleus (the top token).
 TEST(OpenAiProtocol, TinyTopPIsAcceptedAsTheSmallestPositiveFloat) {
   OpenAiRequest r;

@@ -1,4 +1,4 @@
-// The expert-parallel overlap on /metrics (issue 18): moe:comm_overlap_ratio (gauge) and
+// The expert-parallel overlap on /metrics: moe:comm_overlap_ratio (gauge) and
 // the two time counters it comes from, rendered from a ServiceSnapshot with
 // hand-chosen values, and zero before any exchange.
 #include <gtest/gtest.h>

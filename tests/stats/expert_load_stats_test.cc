@@ -459,7 +459,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"SglangAllZero", R"({"logical_count": [[0, 0], [0, 0]]})", {"every layer is all zeros"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return std::string(info.param.name); });
 
-// Adaptive top-k / adaptive_requeue counters (issue 16): summed per layer, merged,
+// Adaptive top-k / adaptive_requeue counters: summed per layer, merged,
 // cleared, and round-tripped through the JSON form (absent in older files: 0).
 TEST(ExpertLoadStatsTest, AdaptiveCounters) {
   auto a = ExpertLoadStats::create({1, 3}, 2).value();

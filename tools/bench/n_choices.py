@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The cost of `n` choices in one request against n separate requests (issue 14).
+"""The cost of `n` choices in one request against n separate requests.
 
 Against a running `moe serve`: for each round, in alternating order (A B, then B A, ...),
   A: one completions request with n choices (seed S, ignore_eos, max_tokens T);

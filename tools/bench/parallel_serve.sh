@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15's end-to-end comparison on 4 ranks: `moe serve` under mpirun -np 4 as pure EP
+# The parallel layouts' end-to-end comparison on 4 ranks: `moe serve` under mpirun -np 4 as pure EP
 # (--ep 4), hybrid TP 2 x EP 2 on two emulated nodes (fused RS->A2A->AG, and AR then A2A)
 # and pure TP (--tp 4), each measured with `moe bench serve` on the same ShareGPT
 # requests. Rounds are interleaved (every strategy once per round, in turn), and each

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Planner validation (issue 15): on 4 ranks as 2 emulated nodes of 2, measure the step time
+# Planner validation (docs/planner.md): on 4 ranks as 2 emulated nodes of 2, measure the step time
 # of every strategy the engine runs (--tp K --ep M, fused on/off) with `moe generate`
 # (one request: TTFT from its prompt rate, TPOT from its decode rate) under mpirun, and compare with `moe plan --json` predictions from a profile measured by
 # `moe plan calibrate --model` on this machine (per model). Prints predicted, measured and error % per

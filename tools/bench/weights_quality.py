@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The quality cost of an engine option such as --weights int8 or --kv-dtype bf16 (issue 18): against the
+"""The quality cost of an engine option such as --weights int8 or --kv-dtype bf16: against the
 first variant (default: --weights native),
   1. mean NLL and perplexity on held-out Tiny Shakespeare, every prompt token scored by
      the engine itself through `moe serve`'s completions with echo + logprobs (windows

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Load test of `moe serve` with wrk (Debian package `wrk`; issue 17): GET /health and short
+# Load test of `moe serve` with wrk (Debian package `wrk`): GET /health and short
 # completions (prompt "ROMEO:", max_tokens 4, greedy) at 64 and 256 connections, on the
 # shipped model (one process, --threads 1). Prints one markdown row per run: requests/s
 # and wrk's latency percentiles (50/90/99 %), plus the non-2xx count.

@@ -1,4 +1,4 @@
-// moe bench chaos: the fault-injection harness of issue 12. It starts the server
+// moe bench chaos: the fault-injection harness of docs/reliability.md. It starts the server
 // (`mpirun -np N moe serve --ep N`, or the supervised front end `moe serve --supervise
 // --ep N`), sends a fixed workload (streamed and non-streamed, completions and chat,
 // greedy and seeded), first once without a fault (the reference outputs), then once per

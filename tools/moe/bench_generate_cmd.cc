@@ -3,7 +3,7 @@
 // attention models, --mla-attention takes a list of paths: one engine per path, the
 // paths interleaved within each repeat (A, B, A, B, ...), a row per path and the
 // per-repeat ratios of each path to the first. --kernels and --weights take lists the
-// same way (issue 18), and --hugepages: one engine per combination, interleaved, with ratios
+// same way, and --hugepages: one engine per combination, interleaved, with ratios
 // to the first.
 #include <algorithm>
 #include <cstdio>
@@ -34,8 +34,8 @@ struct BenchFlags {
   size_t bw_buffer_mb = 1024;
   bool batch_invariant = false;
   std::string fp8 = "dequant";
-  std::string kv_dtype = "f32";  // EngineOptions::kv_dtype (issue 18 part B)
-  std::string trace;  // --trace: the first engine's runs (h-trace)
+  std::string kv_dtype = "f32";  // EngineOptions::kv_dtype
+  std::string trace;  // --trace: the first engine's runs
   std::vector<std::string> kernels = {"auto"};
   std::vector<std::string> weights = {"native"};
   std::vector<std::string> hugepages = {"auto"};  // EngineOptions::hugepages, a list as --kernels

@@ -43,7 +43,7 @@ RunFn add_plan_calibrate_command(CLI::App& calibrate);
 // `info`: a model's architecture, parameter counts and KV-cache size from its config.json.
 RunFn add_info_command(CLI::App& info);
 
-// Issue 16, operating it: `config show` (the effective YAML config, config_cmd.cc),
+// Operating the engine: `config show` (the effective YAML config, config_cmd.cc),
 // `doctor` (pre-flight checks, doctor_cmd.cc), `deploy k8s` (manifests, deploy_cmd.cc).
 RunFn add_config_command(CLI::App& config);
 RunFn add_doctor_command(CLI::App& doctor);

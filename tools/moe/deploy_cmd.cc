@@ -1,4 +1,4 @@
-// moe deploy k8s: Kubernetes manifests for a config file (issue 16).
+// moe deploy k8s: Kubernetes manifests for a config file.
 //   moe deploy k8s --config serve.yaml --ranks-per-pod 2 --image IMG --out k8s/
 // The layout (README "Deploying on Kubernetes"):
 //   - ConfigMap NAME-config: the config file, mounted at /etc/moe/config.yaml;

@@ -32,13 +32,13 @@ struct EngineFlags {
   const CLI::Option* gloo_host_option = nullptr;  // --gloo-host
   const CLI::Option* failover_wait_option = nullptr;  // --failover-wait
   const CLI::Option* failover_join_option = nullptr;  // --failover-join
-  // Adaptive top-k (issue 16): --min-k / --max-k land in options; given-ness for the checks.
+  // Adaptive top-k: --min-k / --max-k land in options; given-ness for the checks.
   double adaptive_k_target = 1.0;  // -> options.adaptive_k_target when --adaptive-k-target is given
   const CLI::Option* min_k_option = nullptr;
   const CLI::Option* max_k_option = nullptr;
   const CLI::Option* adaptive_k_target_option = nullptr;
   bool given(const CLI::Option* o) const { return o != nullptr && o->count() > 0; }
-  // YAML config (issue 16, config_apply.h): --config FILE, applied by main() after parsing.
+  // YAML config (config_apply.h): --config FILE, applied by main() after parsing.
   std::string config_file;
   bool ep_given() const { return ep_option != nullptr && ep_option->count() > 0; }
   // The world size the flags ask for: --tp x --ep (--ep alone without --tp).
@@ -75,7 +75,7 @@ std::string requested_comm_backend(int argc, char** argv);
 // named in the hint for a missing mpirun.
 StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const std::string& command);
 
-// --trace (h-trace): Engine::write_trace() (collective: every rank, after run_worker()
+// --trace: Engine::write_trace() (collective: every rank, after run_worker()
 // returned or, on rank 0, after stop_workers()); prints where it wrote on rank 0. 0, or
 // fail_rank()'s 1.
 int write_trace_or_fail(Engine& engine, int rank, const std::string& path);

@@ -208,7 +208,7 @@ int generate_on_rank0(const GenerateFlags& f, Engine& engine_ref, int num_ranks,
     j["output_token_ids"] = r.output_token_ids;
     j["text"] = r.text;
     j["finish_reason"] = r.finish_reason;
-    if (expert_parallel) {  // rank 0's exchange timings (issue 18: the overlap's hidden fraction)
+    if (expert_parallel) {  // rank 0's exchange timings (with the overlap's hidden fraction)
       const Engine::EpStats ep = engine->ep_stats();
       j["ep"] = {{"bytes_sent", ep.bytes_sent},
                  {"comm_wait_seconds", ep.comm_wait_seconds},

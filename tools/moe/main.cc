@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   auto* plan_calibrate = plan->add_subcommand(
       "calibrate", "Measure alpha/beta per collective and link tier, peak FLOP/s and bandwidth (under mpirun)");
   auto run_plan_calibrate = moe::cli::add_plan_calibrate_command(*plan_calibrate);
-  // Issue 16: the YAML config, the pre-flight checks, Kubernetes manifests.
+  // Operating the engine: the YAML config, the pre-flight checks, Kubernetes manifests.
   auto* config = app.add_subcommand("config", "The YAML config file: show the effective values and their origins");
   config->require_subcommand(1);
   auto run_config = moe::cli::add_config_command(*config);
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // CLI11 checks required flags before unknown ones, so `moe generate --bogus` would say
-    // "--prompt is required": an unknown flag is the first mistake to name (issue 17).
+    // "--prompt is required": an unknown flag is the first mistake to name.
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
       const std::vector<std::string> extra = app.remaining(/*recurse=*/true);
       if (!extra.empty()) return app.exit(CLI::ExtrasError(extra)) == 0 ? 0 : 2;

@@ -1,4 +1,4 @@
-// moe plan calibrate: measures a hardware profile on the machine it runs on (issue 15).
+// moe plan calibrate: measures a hardware profile on the machine it runs on.
 //   mpirun -np 4 moe plan calibrate --ranks-per-node 2 --out profile.json
 // For each link tier and primitive (allreduce, reduce_scatter, allgather, alltoall, p2p)
 // it times the library's Communicator over message sizes and fits alpha and beta

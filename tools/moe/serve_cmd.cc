@@ -66,7 +66,7 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
   if (!(f.shutdown_grace >= 0 && std::isfinite(f.shutdown_grace))) {
     return "--shutdown-grace must be a finite number of seconds >= 0 (got " + std::to_string(f.shutdown_grace) + ")";
   }
-  // Slow clients (issue 17).
+  // Slow clients (connection_gate.h).
   if (!(f.header_timeout > 0 && std::isfinite(f.header_timeout))) {
     return "--header-timeout must be a finite number of seconds > 0 (got " + format_g(f.header_timeout) + ")";
   }
@@ -227,7 +227,7 @@ RunFn add_serve_command(CLI::App& app) {
   app.add_option("--rate-limit-tpm", f->rate_limit_tpm,
                  "Tokens (prompt + max_tokens) per minute per API key; 0 = off")
       ->capture_default_str();
-  // Slow clients (issue 17): connection_gate.h.
+  // Slow clients: connection_gate.h.
   app.add_option("--header-timeout", f->header_timeout,
                  "Seconds a request's whole head (request line and headers) may take to arrive; slower: closed")
       ->capture_default_str();

@@ -30,7 +30,7 @@ struct ServeFlags {
   int max_tokens_limit = 0;
   int max_n = 16;  // largest `n` (choices per prompt) a request may ask for
   int64_t max_body_bytes = 1 << 20;
-  double header_timeout = 10;                // --header-timeout (issue 17)
+  double header_timeout = 10;                // --header-timeout (slow clients)
   int64_t max_connections_per_client = 1024;  // --max-connections-per-client; 0 = no cap
   double rate_limit_rps = 0;
   double rate_limit_tpm = 0;

@@ -1,4 +1,4 @@
-// `moe serve --supervise` and the worker group it starts (issue 12, level 2).
+// `moe serve --supervise` and the worker group it starts (level 2 of docs/reliability.md).
 //
 // The front end (this process, never under mpirun) serves the OpenAI API with the usual
 // HttpServer over a SupervisedService (src/moe/supervisor/); it loads no weights. The

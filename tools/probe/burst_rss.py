@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 17 probe: memory of `moe serve` under a burst of large prompts.
+"""Hardening probe: memory of `moe serve` under a burst of large prompts.
 
 Starts `BINARY serve` on MODEL, sends BURST concurrent completions whose prompt is
 PROMPT_MB megabytes, and reports the server's RSS before, its peak (VmHWM) and its RSS

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 17 probe: slowloris against `moe serve`.
+"""Hardening probe: slowloris against `moe serve`.
 
 Opens SOCKETS connections that trickle a request head (a header line every TRICKLE
 seconds, never the blank line that ends it) for DURATION seconds, and meanwhile times

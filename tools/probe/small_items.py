@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 17 probes: the CLI and HTTP items that are one request or one command each.
+"""Hardening probes: the CLI and HTTP items that are one request or one command each.
 
 Runs every probe below against BINARY on MODEL and prints one JSON line per probe
 (what was tried, the outcome: handled / crashed / hung / wrong, and why), then a

@@ -1,5 +1,5 @@
 // The Gloo backend of Communicator (Debian libgloo-dev, TCP transport): the backend whose
-// survivors keep working after a peer dies (issue 12, level 1).
+// survivors keep working after a peer dies (level 1 of docs/reliability.md).
 //
 // Usage (one process per rank, or one thread per rank in tests):
 //   GlooOptions o;

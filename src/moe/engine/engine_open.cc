@@ -238,7 +238,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     return invalid_argument("mla_attention '" + options.mla_attention + "' is not one of auto, naive, absorbed");
   }
   if (options.fp8_mode == Fp8Mode::kNative && !impl->config.fp8.enabled) {
-    // Accepted and ignored before (issue 17): there are no FP8 weights to keep.
+    // Once accepted and silently ignored: there are no FP8 weights to keep.
     return invalid_argument("fp8_mode native (--fp8 native) applies to FP8 checkpoints; " + dir +
                             "/config.json has no quantization_config with quant_method 'fp8'");
   }
@@ -287,7 +287,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   }
   impl->capacity.capacity_factor = resolved_capacity_factor(options);
   MOE_RETURN_IF_ERROR(validate_capacity_options(impl->capacity));
-  // Adaptive top-k (issue 16): a bound given without it would be silently ignored.
+  // Adaptive top-k: a bound given without it would be silently ignored.
   if (!options.adaptive_k && (options.min_k != 0 || options.max_k != 0 || options.adaptive_k_target.has_value())) {
     return invalid_argument(std::string(options.min_k != 0 ? "min_k" : options.max_k != 0 ? "max_k" : "adaptive_k_target") +
                             " is set but adaptive_k is off: enable adaptive_k or leave it unset");

@@ -38,7 +38,7 @@ Status open_parallel_groups(const EngineOptions& options, Engine::Impl* impl) {
   Communicator* world = impl->comm;
   MOE_RETURN_IF_ERROR(check_dp_attention(options));
   if (tp == 1) {
-    // Expert parallelism alone: the EP group is the world (as before issue 15).
+    // Expert parallelism alone: the EP group is the world (as before tensor parallelism).
     if (world != nullptr && options.ep_size > 0 && options.ep_size != world->size()) {
       return invalid_argument("--ep " + std::to_string(options.ep_size) + " but the group has " +
                               std::to_string(world->size()) + " ranks; they must match");

@@ -1,4 +1,4 @@
-// Tensor parallelism in the Engine (issue 15): the TP/EP groups of the world, the
+// Tensor parallelism in the Engine: the TP/EP groups of the world, the
 // options that TP excludes, the per-rank shard of the weights the decoder runs on, and
 // the mirror KV caches of a TP follower. Internal to src/moe/engine (engine_open.cc).
 #pragma once

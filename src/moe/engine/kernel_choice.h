@@ -1,4 +1,4 @@
-// EngineOptions::kernels and ::weights (issue 18) checked and applied: the linear
+// EngineOptions::kernels and ::weights checked and applied: the linear
 // kernels' instruction set, and int8 weights quantised at load (model/int8_quant.h).
 #pragma once
 

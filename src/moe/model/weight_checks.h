@@ -1,4 +1,4 @@
-// Start-up checks of a model's weight bytes (issue 17, hardening):
+// Start-up checks of a model's weight bytes (hardening against silent wrong answers):
 //   - every expert's content digest, compared across the ranks of an expert-parallel
 //     group so that swapped or different experts on one rank are refused by name
 //     (runtime/ep_session.h agree_on_experts);

@@ -1,4 +1,4 @@
-// Adaptive top-k (issue 16: the seed's router.adaptive_k / min_k / max_k): under load,
+// Adaptive top-k (the seed's router.adaptive_k / min_k / max_k): under load,
 // tokens give up their lower-ranked experts with small weights, never going below
 // min_k. Part of the capacity step (capacity.h), so it runs on the step's global
 // routing over the EP group and decides the same on every rank.

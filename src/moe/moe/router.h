@@ -18,7 +18,7 @@
 // Ties (equal scores) go to the lower expert id, and for groups/nodes to the lower
 // group/node id, so routing is deterministic. All arithmetic in f32.
 //
-// Degraded mode (issue 12, level 1): with RouterInputs.expert_alive, a dead expert (a
+// Degraded mode (docs/reliability.md): with RouterInputs.expert_alive, a dead expert (a
 // lost one: no live replica) is never selected. Its selection score is -inf before
 // anything else, group and node scores included, so each token takes its top-k among
 // the live experts (its "next-best live experts") with the router's usual weight rule

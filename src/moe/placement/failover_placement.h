@@ -1,4 +1,4 @@
-// Placement after a rank failure (issue 12, level 1): the survivors' placement, where an
+// Placement after a rank failure (docs/reliability.md): the survivors' placement, where an
 // expert whose every replica was on a dead rank is lost (the router then sends its
 // tokens to their next-best live expert: degraded mode), and the re-replication target
 // that gives each lost expert one replica on a survivor.

@@ -1,4 +1,4 @@
-// The strategy planner (issue 15, docs/planner.md): for a model (config.json), a hardware
+// The strategy planner (docs/planner.md): for a model (config.json), a hardware
 // profile and a cluster (nodes x devices per node), enumerate the parallel strategies,
 // reject the infeasible ones with a reason, and predict TTFT, TPOT, throughput, the
 // comm/compute breakdown and memory per device of the rest; ranked best first.

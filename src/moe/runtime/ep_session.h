@@ -13,7 +13,7 @@
 //               rank switches to the re-replicated placement (collective)
 // Start-up agreement (agree_on_startup) runs once before any of this.
 //
-// Failover without a restart (issue 12, level 1; docs/reliability.md): when the
+// Failover without a restart (level 1 of docs/reliability.md): when the
 // communicator can re-form (Communicator::can_reform: the Gloo backend), a
 // communication failure on any rank leads it to recover(): the survivors re-form the
 // group (rank 0 stays rank 0 and coordinates), the runner adopts the survivors'
@@ -108,7 +108,7 @@ class EpSession {
   // Then, collective over comm: every rank's digest of every expert (model/weight_checks.h
   // expert_digests; the same count on every rank, index layer * num_experts + expert)
   // against rank 0's, so that one rank started with different or swapped expert weights
-  // is refused (issue 17). FailedPrecondition naming the first rank, layer and expert that
+  // is refused. FailedPrecondition naming the first rank, layer and expert that
   // differ; `local` if it failed (digests not computed; the others name this rank).
   static Status agree_on_experts(Communicator& comm, const StatusOr<std::vector<ExpertDigest>>& local,
                                  int num_experts);

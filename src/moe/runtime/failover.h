@@ -1,4 +1,4 @@
-// Expert-level failover without a restart (issue 12, level 1; docs/reliability.md).
+// Expert-level failover without a restart (level 1 of docs/reliability.md).
 //
 // After the EP group re-formed without failed ranks (EpSession::recover), every
 // survivor adopts the survivors' placement (placement/failover_placement.h): each

@@ -1,5 +1,5 @@
-// The HTTP server's front door against slow clients (issue 17: about 2,100 sockets
-// trickling request headers blocked the server, one worker thread each).
+// The HTTP server's front door against slow clients (tools/probe/slowloris.py found
+// that about 2,100 sockets trickling request headers blocked the server, one worker each).
 //
 // Accepted connections, and kept-alive ones between requests, wait here without a
 // worker thread: one epoll thread peeks (MSG_PEEK: nothing is consumed) at each as

@@ -1,4 +1,4 @@
-// The HTTP server's httplib::Server with its connection handling replaced (issue 17):
+// The HTTP server's httplib::Server with its connection handling replaced (slow clients):
 // accepted sockets go to a ConnectionGate (connection_gate.h) instead of a worker, and
 // a worker serves a connection only once a whole request head has arrived; after each
 // response the worker waits at most 100 ms for the next whole head of a kept-alive

@@ -41,8 +41,8 @@ bool HttpServer::Impl::over_limit(const std::string& key, int64_t cost, httplib:
   return true;
 }
 
-// An invalid request (after authentication) counts against the client's request rate
-// (issue 17): 429 once the client is over it, else the request's own error.
+// An invalid request (after authentication) counts against the client's request rate:
+// 429 once the client is over it, else the request's own error.
 void HttpServer::Impl::reject(const httplib::Request& req, httplib::Response& res, const ApiError& e) {
   if (over_limit(limiter_key(req), 0, res)) return;
   send_error(res, e);
@@ -64,7 +64,7 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
   OpenAiRequest r;
   if (auto e = parse_request(endpoint, req.body, limits, &r)) return reject(req, res, *e);
   // A prompt longer in bytes than any prompt that fits the context is refused before it
-  // is tokenized (a 1 MB prompt took 1-2 s of CPU and 140 MB to tokenize; issue 17).
+  // is tokenized (a 1 MB prompt took 1-2 s of CPU and 140 MB to tokenize).
   auto too_long = [&](const std::string& text) -> std::optional<ApiError> {
     if (prompt_byte_limit == 0 || text.size() <= prompt_byte_limit) return std::nullopt;
     return make_error(400, "this model's maximum context length is " + std::to_string(context) + " tokens, and the " +
@@ -128,7 +128,7 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
                              ? 400
                          : st.code() == StatusCode::kUnavailable ? 503
                                                                  : 500;
-      // The field the engine's message is about (issue 17: param was null).
+      // The field the engine's message is about (`param`; it used to be null).
       return send_error(res, make_error(status, st.message(), param_of_engine_error(st.message(), endpoint),
                                         is_context_length_error(st.message()) ? "context_length_exceeded" : ""));
     }

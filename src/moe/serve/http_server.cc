@@ -118,7 +118,7 @@ void HttpServer::Impl::handle_tokenizer(bool tokenize, const httplib::Request& r
 //
 // Before routing, also: a request with a body method but neither Content-Length nor
 // chunked Transfer-Encoding has an empty body (RFC 9112 6.3); httplib would read
-// until the client closes (10 s of read timeout, then a 400; issue 17), so it is given
+// until the client closes (10 s of read timeout, then a 400), so it is given
 // "Content-Length: 0".
 void HttpServer::Impl::install_cors() {
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -307,7 +307,7 @@ Status HttpServer::start() {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  // Slow clients wait in the gate without a worker (gated_listener.h; issue 17).
+  // Slow clients wait in the gate without a worker (gated_listener.h).
   GateOptions gate;
   gate.header_timeout_seconds = m.options.header_timeout_seconds;
   gate.keep_alive_timeout_seconds = m.options.keep_alive_timeout_seconds;

@@ -82,7 +82,7 @@ struct ServerOptions {
   int read_timeout_seconds = 10;         // a request that stalls this long mid-read is dropped
   int write_timeout_seconds = 10;        // a client that does not read for this long is dropped
   int keep_alive_timeout_seconds = 5;    // idle keep-alive connections close after this
-  // Slow clients (issue 17, connection_gate.h): a request head must arrive whole within
+  // Slow clients (connection_gate.h): a request head must arrive whole within
   // this (a deadline, not per read; kept alive: from its first byte), else the
   // connection is closed; clients waiting for their heads hold no worker thread.
   double header_timeout_seconds = 10;

@@ -101,9 +101,9 @@ struct HttpServer::Impl {
   bool channels_closed = false;
 
   // Gives the memory of large request bodies back to the system after a burst
-  // (issue 17: 64 x 1 MB prompts left 6.1 GB held): the logger of a request with a body
-  // of kTrimBodyBytes or more asks; a thread waits until no such request has ended for
-  // kTrimQuiet, then calls malloc_trim(0).
+  // (tools/probe/burst_rss.py: 64 x 1 MB prompts left 6.1 GB held): the logger of a
+  // request with a body of kTrimBodyBytes or more asks; a thread waits until no such
+  // request has ended for kTrimQuiet, then calls malloc_trim(0).
   static constexpr size_t kTrimBodyBytes = 256 << 10;
   static constexpr std::chrono::milliseconds kTrimQuiet{200};
   std::mutex trim_mu;
@@ -125,7 +125,7 @@ struct HttpServer::Impl {
   void handle_tokenizer(bool tokenize, const httplib::Request& req, httplib::Response& res);
   std::optional<ApiError> check_auth(const httplib::Request& req) const;
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
-  // Rate limiting (generation_handler.cc): invalid requests count too (issue 17).
+  // Rate limiting (generation_handler.cc): invalid requests count too.
   std::string limiter_key(const httplib::Request& req) const;
   bool over_limit(const std::string& key, int64_t cost, httplib::Response& res);
   void reject(const httplib::Request& req, httplib::Response& res, const ApiError& e);

@@ -186,7 +186,7 @@ ServerMetrics::ServerMetrics() {
                     "Tokens routed to their next-best live expert because an expert they chose was lost.");
   failover_ = &registry_.histogram("moe:failover_seconds",
                                    "Time from a rank failure's detection to serving on the survivors.", kRecoveryBuckets);
-  // Adaptive top-k and the adaptive_requeue overflow policy (issue 16).
+  // Adaptive top-k and the adaptive_requeue overflow policy (moe/capacity.h).
   registry_.counter("moe:adaptive_k_tokens_total",
                     "Token routings (summed over MoE layers) that shed at least one expert under load (adaptive k).");
   registry_.counter("moe:adaptive_k_shed_total", "Expert assignments shed by adaptive k under load.");
@@ -198,7 +198,7 @@ ServerMetrics::ServerMetrics() {
                     "Time rank 0's expert-parallel exchanges took from issue to completion (0 without EP).");
   registry_.gauge("moe:comm_overlap_ratio",
                   "Fraction of the all-to-all time hidden behind expert compute: 1 - wait / exchange (--ep-overlap).");
-  // The connection gate against slow clients (connection_gate.h; issue 17).
+  // The connection gate against slow clients (connection_gate.h).
   registry_.counter("moe:http_connections_admitted_total", "Connections accepted and admitted to the connection gate.");
   registry_.counter("moe:http_connections_refused_total",
                     "Connections refused at accept (429, closed): per_client_cap = over --max-connections-per-client.",

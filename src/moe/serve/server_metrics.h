@@ -28,7 +28,7 @@
 //                                                          (no whole request head within --header-timeout),
 //                                                          "keep_alive_idle" (idle past the keep-alive timeout)
 //   moe:http_connections_waiting                          gauge, connections waiting in the gate for a head
-//                                                          (connection_gate.h; issue 17)
+//                                                          (connection_gate.h)
 //
 // And vLLM's names (prefix "vllm:", label model_name = the served model name), so that
 // vLLM's Grafana dashboard (examples/observability/prometheus_grafana/grafana.json)

@@ -64,7 +64,7 @@ class ExpertLoadStats {
   void record_step(int layer_id, const int64_t* tokens_per_expert, int64_t dropped, int64_t rerouted,
                    int64_t degraded_tokens = 0, const int64_t* degraded_per_expert = nullptr);
 
-  // Adaptive top-k and the adaptive_requeue policy (issue 16; moe/capacity.h), one step
+  // Adaptive top-k and the adaptive_requeue policy (moe/capacity.h), one step
   // of layer `layer_id` (call after record_step; all >= 0): tokens that shed at least one
   // expert under load, the assignments they shed, and assignments run in the second
   // round. Added to the run totals; steps is not incremented.

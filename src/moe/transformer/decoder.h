@@ -51,7 +51,7 @@ struct TpOptions {
   bool fused_moe = false;
 };
 
-// DP-attention (SGLang's and vLLM's data-parallel attention, issue 15): one attention
+// DP-attention (SGLang's and vLLM's data-parallel attention): one attention
 // replica per TP group (per emulated node), each running attention, the embedding and
 // the lm_head for its own share of a batch's sequences, with those sequences' KV caches;
 // the MoE layers stay expert-parallel across the groups, each group sending its own

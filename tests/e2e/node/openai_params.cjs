@@ -1,4 +1,4 @@
-// The official `openai` npm package against `moe serve` with issue 14's parameters:
+// The official `openai` npm package against `moe serve` with these request parameters:
 // n, logprobs (completions and chat), penalties, the JSON response format, and a
 // streamed chat with n = 2 and usage. Prints one JSON object for the C++ test to check.
 // Usage: NODE_PATH=<node_modules> node openai_params.cjs BASE_URL
