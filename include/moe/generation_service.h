@@ -127,7 +127,7 @@ struct ServiceSnapshot {
   int64_t requeued = 0;
   // Expert parallelism's exchanges on this rank (rank 0) since start-up (zero without EP):
   // time blocked on them, their time from issue to completion, and the fraction hidden
-  // behind compute, 1 - wait / exchange in [0, 1] (issue 18's comm_overlap_ratio).
+  // behind compute, 1 - wait / exchange in [0, 1] (/metrics' moe:comm_overlap_ratio).
   double ep_comm_wait_seconds = 0;
   double ep_exchange_seconds = 0;
   double comm_overlap_ratio = 0;

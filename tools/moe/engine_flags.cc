@@ -32,7 +32,7 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "all-to-all -> all-gather (on), or an all-reduce then the all-to-all (off)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  // DP-attention (issue 15): one attention replica per TP group, EP MoE across them.
+  // DP-attention: one attention replica per TP group, EP MoE across them.
   app.add_option("--dp-attention", f->dp_attention,
                  "on|off: each TP group (one per node; each rank without --tp) runs attention for its own share "
                  "of the batch's sequences, with their KV cache; MoE stays expert-parallel across the groups "
@@ -67,13 +67,13 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
   f->gloo_host_option = app.add_option("--gloo-host", f->launch.gloo_host,
                                        "--comm-backend gloo: the address this rank listens on for its peers")
                             ->capture_default_str();
-  // EP overlap (issue 18 part B, h-decode): micro-batches pipelined against the all-to-all.
+  // EP overlap: micro-batches pipelined against the all-to-all.
   app.add_flag("--ep-overlap", f->options.ep_overlap,
                "Overlap the all-to-all with expert compute (pipelined micro-batches; flat and hierarchical exchange)");
   app.add_option("--ep-micro-batches", f->options.ep_micro_batches,
                  "With --ep-overlap: micro-batches per MoE layer call, 2..8 (0 = auto, about 64 tokens each)")
       ->capture_default_str();
-  // KV cache dtype (issue 18 part B, h-decode).
+  // KV cache dtype (EngineOptions::kv_dtype).
   app.add_option("--kv-dtype", f->options.kv_dtype,
                  "KV cache element type: f32, or bf16 / f16 (half the bytes per cached token; GQA models only)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
@@ -96,7 +96,7 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "(to the token's next-best expert with room), or adaptive_requeue (a second round on the same "
                  "expert within the room other experts left unused)")
       ->check(CLI::IsMember({"dropless", "drop", "reroute", "adaptive_requeue"}));
-  // Adaptive top-k (issue 16; src/moe/moe/adaptive_k.h has the exact rule).
+  // Adaptive top-k (src/moe/moe/adaptive_k.h has the exact rule).
   app.add_flag("--adaptive-k", f->options.adaptive_k,
                "Adaptive top-k: when an expert's step load exceeds the target (--adaptive-k-target), tokens "
                "drop their lower-ranked experts with the smallest weights, never below --min-k");
@@ -141,9 +141,9 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "GEMV in `moe bench fp8`), or kept in FP8 and dequantised in the kernels (half the memory and "
                  "bytes per decode token)")
       ->capture_default_str();
-  // YAML config (issue 16): --config FILE.yaml; its values reach the flags above in main().
+  // YAML config: --config FILE.yaml; its values reach the flags above in main().
   add_config_flag(app, &f->config_file);
-  // --- Per-step traces (issue 16, h-trace): docs/tracing.md ---
+  // --- Per-step traces: docs/tracing.md ---
   app.add_option("--trace", f->options.trace_path,
                  "Write a per-step trace (Chrome trace-event JSON, open in https://ui.perfetto.dev): spans per rank "
                  "(attention, router, dispatch, expert compute, combine, waits) and bytes per rank pair; gathered to "
@@ -153,10 +153,10 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
                  "counted in the file)")
       ->capture_default_str();
   // --- end per-step traces ---
-  // Hardening (issue 17): the NaN/Inf scan of the weights at load.
+  // Hardening: the NaN/Inf scan of the weights at load.
   app.add_flag("--skip-weight-check", f->skip_weight_check,
                "Do not scan the loaded weights for NaN/Inf at start-up (a corrupt checkpoint is then served)");
-  // Kernels and weight formats (issue 18 part A, h-kernels): src/moe/ops/kernel_isa.h,
+  // Kernels and weight formats: src/moe/ops/kernel_isa.h,
   // src/moe/model/int8_quant.h. Checked by Engine::open (a path the CPU lacks is refused).
   app.add_option("--kernels", f->options.kernels,
                  "Linear kernels' instruction set: auto (the best this CPU has), avx2, avx512 or avx512-bf16 "
@@ -186,13 +186,13 @@ void add_engine_flags(CLI::App& app, EngineFlags* f, bool batch_invariant_defaul
 
 std::string check_engine_flags(const EngineFlags& f) {
   const EngineOptions& o = f.options;
-  if (o.trace_max_events < 1) {  // per-step traces (h-trace)
+  if (o.trace_max_events < 1) {  // per-step traces (--trace)
     return "--trace-max-events must be >= 1 (got " + std::to_string(o.trace_max_events) + ")";
   }
   if (f.fp8 != "native" && f.fp8 != "dequant") return "--fp8 must be native or dequant (got '" + f.fp8 + "')";
   if (o.num_threads < 0) return "--threads must be >= 0 (got " + std::to_string(o.num_threads) + ")";
   // Far past the machine's hardware threads only slows the kernels, and the OpenMP
-  // runtime's per-thread stacks run out (100000 crashed in ops/linear; issue 17).
+  // runtime's per-thread stacks run out (100000 crashed in ops/linear).
   const unsigned hw = std::thread::hardware_concurrency();
   const int max_threads = 4 * static_cast<int>(hw > 0 ? hw : 64);
   if (o.num_threads > max_threads) {
@@ -263,7 +263,7 @@ std::string check_engine_flags(const EngineFlags& f) {
   if (o.overflow_policy == "dropless" && f.capacity_given()) {
     return "--capacity-factor has no effect with --overflow-policy dropless; use drop or reroute";
   }
-  // Adaptive top-k (issue 16): bounds against each other here, max_k against the model at open.
+  // Adaptive top-k: bounds against each other here, max_k against the model at open.
   for (const auto& [name, opt, v] : {std::tuple{"--min-k", f.min_k_option, o.min_k},
                                      std::tuple{"--max-k", f.max_k_option, o.max_k}}) {
     if (f.given(opt) && !o.adaptive_k) return std::string(name) + " applies to --adaptive-k";
@@ -346,7 +346,7 @@ StatusOr<LaunchedEngine> launch_engine_from_flags(const EngineFlags& f, const st
   return launch_engine(options, launch);
 }
 
-// Per-step traces (h-trace).
+// Per-step traces (--trace).
 int write_trace_or_fail(Engine& engine, int rank, const std::string& path) {
   Status st = engine.write_trace();
   if (!st.ok()) return fail_rank(rank, st.with_context("--trace"));

@@ -1,5 +1,5 @@
 // Cheap checks of a generation request before anything costly, and the request field
-// an engine error is about (issue 17, hardening). Internal to src/moe/serve; no I/O.
+// an engine error is about (hardening against bad requests). Internal to src/moe/serve; no I/O.
 #pragma once
 
 #include <cstddef>
