@@ -3,7 +3,7 @@
 // `omp for` over 16 items (the shape of linear_many's region), and the decode-sized
 // bf16 GEMV call that such a region carries (linear_many of one [rows x 1024] matrix, one
 // token), at the thread counts given by --benchmark_filter / the Threads arg.
-// Run: build/bench/fork_join_bench (docs/performance.md, "Decode threading").
+// Run: build/bench/fork_join_bench (docs/history/single-stream.md, "Decode threading").
 #include <benchmark/benchmark.h>
 #include <omp.h>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interleaved measurement of the --trace hooks' cost (docs/performance.md, "Per-step tracing
+# Interleaved measurement of the --trace hooks' cost (docs/history/tracing.md, "Per-step tracing
 # overhead"): a binary without them (BASE, e.g. main's build/moe) against this build with
 # tracing off and on.
 #   BASE=/path/to/main/moe [MODE=ep|cpu] [N=rounds] scripts/bench_trace_overhead.sh

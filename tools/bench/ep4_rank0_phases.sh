@@ -2,7 +2,7 @@
 # EP 4 decode on the 579M model (driver-only attention), 3 rounds interleaved: f32 rows,
 # bf16 rows (--a2a-dtype bf16: 2 KiB a row, under Open MPI's 4 KiB shared-memory eager
 # limit) and f32 rows with the eager limit raised to 8 KiB; rank 0's spans per step from
-# --trace (docs/performance.md, "The planner validation under load").
+# --trace (docs/history/planner.md, "The planner validation under load").
 # Usage: tools/bench/ep4_rank0_phases.sh [MOE (./build/moe)] [MODEL (/work/models/bench-mixtral-579m)]
 M=${1:-./build/moe}
 MODEL=${2:-/work/models/bench-mixtral-579m}

@@ -43,7 +43,7 @@ struct MpiOptions {
   int ranks_per_node = 0;
   // Bound on each operation, from the call (or ialltoallv's issue) to completion.
   double timeout_seconds = 60;
-  A2aAlgo a2a_algo = A2aAlgo::kPairwise;  // faster in moe bench a2a (docs/performance-a2a.md)
+  A2aAlgo a2a_algo = A2aAlgo::kPairwise;  // faster in moe bench a2a (docs/performance.md)
 };
 
 // MPI_Init_thread(MPI_THREAD_FUNNELED) and MPI_ERRORS_RETURN on MPI_COMM_WORLD.

@@ -1,7 +1,7 @@
 // Anonymous memory backed by transparent huge pages (2 MiB), for the weights decode
 // streams: a sequential read of a 4 KiB-page mapping (a mapped safetensors file) runs at
 // ~0.65x the rate of the same bytes in 2 MiB pages on the machines measured
-// (docs/performance.md, "Weights in huge pages"), since every 4 KiB page costs a TLB
+// (docs/history/single-stream.md, "Decode reads"), since every 4 KiB page costs a TLB
 // miss and restarts the hardware prefetcher's stream.
 #pragma once
 

@@ -76,7 +76,7 @@ void gemv_rows(const float* x, const Weight2D& w, float* y, int64_t r0, int64_t 
     // (kStep * es <= 64 bytes), when R > 1 rows are read side by side: R short streams
     // leave the hardware prefetcher behind. One row at a time (R = 1, the m = 1 decode
     // case) is one sequential stream, which the hardware prefetcher alone reads 1.5-1.75x
-    // faster than R = 4 with this prefetch (docs/performance.md, "One row at a time").
+    // faster than R = 4 with this prefetch (docs/history/single-stream.md, "Decode reads").
     const uint8_t* next = (R > 1 && r + 2 * R <= r1) ? w.row(r + R) : nullptr;
     const size_t row_bytes = static_cast<size_t>(k) * es;
     int64_t j = 0;

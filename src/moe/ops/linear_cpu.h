@@ -5,14 +5,14 @@
 //
 // Small m (decode, m <= kGemvMaxTokens) runs our GEMV kernel, which reads each weight
 // row once for all m tokens and converts bf16/f16 in registers: decode is bound by
-// weight bandwidth and no library offers bf16 GEMV on AVX2 (see docs/performance.md).
+// weight bandwidth and no library offers bf16 GEMV on AVX2 (docs/history/single-stream.md).
 // The kernel's instruction set is KernelOptions::isa (ops/kernel_isa.h: AVX2, AVX-512F,
 // AVX512_BF16), chosen at run time; linear_kernels.h has the AVX-512 and int8 kernels.
 // bf16 weights on AVX512_BF16 use vdpbf16ps (no conversion of the weights), int8 ones
 // (kI8 with [1, 32] block scales, "--weights int8") quantise x to q8 per 32-block and
 // use VNNI or AVX2 maddubs. Prefill stays on sgemm for every dtype (exact f32
 // activations): a GEMM built from the vdpbf16ps GEMV in token tiles measured 0.35x of
-// sgemm on Zen 4 (performance.md). With KernelOptions::bf16_gemm, prefill on bf16
+// sgemm on Zen 4 (docs/history/single-stream.md). With KernelOptions::bf16_gemm, prefill on bf16
 // weights rounds x to bf16 and runs oneDNN's bf16 matmul per row block instead
 // (ops/linear_bf16_gemm.h; ~2x sgemm, activations at bf16 precision).
 // Larger m (prefill) converts row blocks of W to f32 in a per-thread scratch and calls
