@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "moe/engine.h"
+#include "moe/generation_types.h"
 #include "moe/status.h"
 
 namespace moe {

@@ -33,6 +33,7 @@ PUBLIC_OWNER = {
     "engine_options.h": "engine",
     "scheduler.h": "engine",
     "generation_service.h": "engine",
+    "generation_types.h": "engine",
     "launch.h": "engine",
 }
 

@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "moe/engine.h"
+#include "moe/generation_types.h"
 
 namespace moe::serve {
 
