@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 #include <sys/stat.h>
+#include <vector>
 
 #include "commands.h"
 #include "config_apply.h"
@@ -34,6 +35,35 @@ std::string default_model_dir() {
     }
   }
   return std::string(MOE_SOURCE_DIR) + "/" + rel;
+}
+
+// The first argument left unmatched where `app` expects a subcommand, as an error naming
+// it and the level's known subcommands; empty when there is none. CLI11 keeps an unknown
+// word as an extra of the level it was read at, and `moe gateway --help` would then print
+// the main help and exit 0 (the help flag is processed before the extras). Walks the
+// parsed chain (moe, moe bench, ...): a level with subcommands, no extras allowed, and a
+// first unmatched argument that is not a flag.
+std::string unknown_subcommand_error(const CLI::App& app) {
+  const CLI::App* level = &app;
+  std::string path = "moe";
+  while (level != nullptr) {
+    std::vector<std::string> known;
+    for (const CLI::App* sub : level->get_subcommands([](const CLI::App*) { return true; })) {
+      if (!sub->get_name().empty()) known.push_back(sub->get_name());
+    }
+    const std::vector<std::string> left = level->remaining(/*recurse=*/false);
+    if (!known.empty() && !level->get_allow_extras() && !left.empty() && !left.front().empty() &&
+        left.front()[0] != '-') {
+      std::string list;
+      for (const std::string& name : known) list += (list.empty() ? "" : ", ") + name;
+      return path + ": unknown subcommand '" + left.front() + "' (known: " + list + "; see '" + path +
+             " --help')";
+    }
+    const std::vector<CLI::App*> parsed = level->get_subcommands();
+    level = parsed.empty() ? nullptr : parsed.front();
+    if (level != nullptr) path += " " + level->get_name();
+  }
+  return {};
 }
 
 }  // namespace moe::cli
@@ -116,6 +146,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // An unknown subcommand is a usage error even beside --help (which would otherwise
+    // print the help of the level above and exit 0).
+    if (std::string bad = moe::cli::unknown_subcommand_error(app); !bad.empty()) {
+      moe::cli::fail(bad);
+      return 2;
+    }
     // CLI11 checks required flags before unknown ones, so `moe generate --bogus` would say
     // "--prompt is required": an unknown flag is the first mistake to name.
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
