@@ -32,6 +32,11 @@ bool launched_under_mpi();
 // needs an MpiSession under mpirun ("gloo" does not initialise MPI at all).
 inline bool backend_uses_mpi(const std::string& backend) { return backend != "gloo"; }
 
+// Why this build cannot run `backend` (EpLaunchOptions::comm_backend), naming the build
+// option: "gloo" in a build configured with -DMOE_WITH_GLOO=OFF. "" when it can (and for
+// names it does not know: open_ep_group refuses those). Thread-safe.
+std::string comm_backend_unbuilt_reason(const std::string& backend);
+
 // Deadlines (seconds, > 0) of the MPI calls that have none of their own. Past one the
 // process prints "<call> did not return within S s; exiting" and ends with _exit(1), so
 // no rank stays blocked: MPI_Init_thread waits for every rank to start (a rank stopped

@@ -200,6 +200,7 @@ std::string check_engine_flags(const EngineFlags& f) {
            std::to_string(max_threads / 4) + " hardware threads (" + std::to_string(max_threads) +
            "); 0 = all cores";
   }
+  if (std::string why = comm_backend_unbuilt_reason(f.launch.comm_backend); !why.empty()) return why;
   if (f.launch.ep < 1) return "--ep must be >= 1 (got " + std::to_string(f.launch.ep) + ")";
   if (f.launch.tp < 1) return "--tp must be >= 1 (got " + std::to_string(f.launch.tp) + ")";
   if (f.fused_moe != "on" && f.fused_moe != "off") return "--fused-moe must be on or off (got '" + f.fused_moe + "')";

@@ -1,5 +1,7 @@
 #include "moe/engine/kernel_choice.h"
 
+#include "moe/ops/linear_bf16_gemm.h"
+
 namespace moe {
 namespace {
 
@@ -44,6 +46,12 @@ StatusOr<KernelChoice> choose_kernels(const EngineOptions& options, IsaSupportFn
   c.bf16_gemm = options.matmul_precision == "medium";
   if (c.bf16_gemm) {
     const std::string medium = "matmul_precision 'medium' (bf16 prefill GEMM) ";
+    if (!bf16_gemm_available()) {
+      return Status(StatusCode::kFailedPrecondition,
+                    medium + "needs oneDNN, and this build has none (it was configured with "
+                             "-DMOE_WITH_ONEDNN=OFF): install libdnnl-dev and ocl-icd-opencl-dev and rebuild "
+                             "with -DMOE_WITH_ONEDNN=ON, or use matmul_precision 'highest'");
+    }
     if (c.isa != KernelIsa::kAvx512Bf16) {
       return invalid_argument(medium + "needs the avx512-bf16 kernels; kernels are " + kernel_isa_name(c.isa) +
                               " (cpu: " + supported_list(supports) + ")");

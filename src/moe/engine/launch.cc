@@ -13,6 +13,10 @@
 
 #include "moe/comm/communicator.h"
 #include "moe/comm/gloo_communicator.h"
+
+#ifndef MOE_WITH_GLOO
+#error "MOE_WITH_GLOO must be defined (src/moe/engine/CMakeLists.txt)"
+#endif
 #include "moe/comm/mpi_communicator.h"
 #include "moe/core/exit_deadline.h"
 
@@ -73,6 +77,18 @@ int env_int(const char* name) {
   return *end == '\0' && n >= 0 && n <= 1 << 20 ? static_cast<int>(n) : -1;
 }
 
+}  // namespace
+
+std::string comm_backend_unbuilt_reason(const std::string& backend) {
+  if (backend == "gloo" && !MOE_WITH_GLOO) {
+    return "--comm-backend gloo: this build has no Gloo (it was configured with -DMOE_WITH_GLOO=OFF); install "
+           "libgloo-dev and rebuild with -DMOE_WITH_GLOO=ON, or use --comm-backend mpi";
+  }
+  return "";
+}
+
+namespace {
+
 // /tmp/moe-gloo-<mpirun job id>, or "" when the environment has no job id.
 std::string default_gloo_store_dir() {
   const char* job = std::getenv("OMPI_MCA_ess_base_jobid");
@@ -104,10 +120,14 @@ StatusOr<std::unique_ptr<Communicator>> open_gloo_group(const EpLaunchOptions& l
                             "directory: give --gloo-store DIR");
   }
   go.hostname = launch.gloo_host;
+#if !MOE_WITH_GLOO
+  return Status(StatusCode::kFailedPrecondition, comm_backend_unbuilt_reason("gloo"));
+#else
   go.ranks_per_node = launch.ranks_per_node;
   go.timeout_seconds = std::max(launch.comm_timeout_seconds, launch.startup_timeout_seconds);
   MOE_ASSIGN_OR_RETURN(std::unique_ptr<GlooCommunicator> comm, GlooCommunicator::create(rank, size, go));
   return std::unique_ptr<Communicator>(std::move(comm));
+#endif
 }
 
 // "--ep N" or, under tensor parallelism, "--tp K x --ep N = W" (ep 0: "--tp K").
@@ -136,6 +156,9 @@ StatusOr<std::unique_ptr<Communicator>> open_ep_group(const EpLaunchOptions& lau
   }
   if (launch.comm_backend != "mpi" && launch.comm_backend != "gloo") {
     return invalid_argument("--comm-backend must be mpi or gloo (got '" + launch.comm_backend + "')");
+  }
+  if (std::string why = comm_backend_unbuilt_reason(launch.comm_backend); !why.empty()) {
+    return Status(StatusCode::kFailedPrecondition, why);
   }
   if (!launch.gloo_store_dir.empty() && launch.comm_backend != "gloo") {
     return invalid_argument("--gloo-store applies to --comm-backend gloo");

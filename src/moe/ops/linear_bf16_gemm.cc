@@ -45,6 +45,8 @@ const Prepared& prepared(int64_t k, int64_t rows, int64_t ldy) {
 
 }  // namespace
 
+bool bf16_gemm_available() { return true; }
+
 void gemm_bf16_rows(const Bf16GemmArgs& a) {
   const int64_t m = a.m, k = a.k, rows = a.rows, ldy = a.ldy;
   MOE_CHECK(m > 0 && k > 0 && rows > 0 && ldy >= rows);

@@ -1,7 +1,8 @@
 // Prefill GEMM on bf16 weights with bf16-rounded activations (KernelOptions::
 // bf16_gemm, `--matmul-precision medium`): oneDNN's matmul (Debian libdnnl, its
 // AVX-512 BF16 brgemm kernels: vdpbf16ps, two multiply-adds per f32 lane), f32
-// accumulation and output. Not an API: linear_cpu.cc calls it per row block of w.
+// accumulation and output. Not an API: linear_cpu.cc calls it per row block of w, and
+// engine/kernel_choice asks bf16_gemm_available().
 #pragma once
 
 #include <cstdint>
@@ -23,5 +24,10 @@ struct Bf16GemmArgs {
 // (k, rows, ldy) and thread, created at first use, with m a run-time dimension. Aborts with oneDNN's message if it
 // refuses the shape or the CPU (callers check cpu_supports(KernelIsa::kAvx512Bf16)).
 void gemm_bf16_rows(const Bf16GemmArgs& a);
+
+// Whether this build has the GEMM: false when configured with -DMOE_WITH_ONEDNN=OFF
+// (linear_bf16_gemm_none.cc, whose gemm_bf16_rows aborts). engine/kernel_choice refuses
+// matmul_precision "medium" by name when it is false. Thread-safe.
+bool bf16_gemm_available();
 
 }  // namespace moe

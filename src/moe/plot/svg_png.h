@@ -11,7 +11,8 @@ namespace moe {
 
 // Renders `svg` and writes the PNG to `path` (a temporary file renamed into place: on
 // failure an old file is untouched). Errors: InvalidArgument when librsvg cannot parse
-// the SVG or it has no size; Internal naming `path` when writing fails.
+// the SVG or it has no size; Internal naming `path` when writing fails;
+// FailedPrecondition naming the build option in a build without librsvg (MOE_WITH_RSVG).
 Status write_svg_as_png(const std::string& svg, const std::string& path);
 
 }  // namespace moe
