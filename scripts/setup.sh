@@ -17,6 +17,7 @@ phase_done() {
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
+  ccache                      # a second build directory recompiles only what differs (CMake MOE_CCACHE)
   libopenblas-openmp-dev      # GEMM (sgemm), OpenMP build
   libdnnl-dev                 # oneDNN: bf16 prefill GEMM (--matmul-precision medium)
   ocl-icd-opencl-dev          # OpenCL: oneDNN's CMake config requires it (libdnnl-dev only recommends it)

@@ -1,12 +1,31 @@
 #!/usr/bin/env bash
-# Runs the test suite. Usage: ./scripts/test.sh [--sanitize | --tsan]
+# Runs the test suite. Usage: ./scripts/test.sh [--sanitize | --tsan | --options-off]
 #   --sanitize  build in build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer and
 #               run the unit and MPI tests (labels unit|mpi) under them
 #   --tsan      build in build-tsan/ with ThreadSanitizer (MOE_TSAN) and run the unit tests
 #               of the threaded parts: scheduler, HTTP server, rate limiter, thread pool,
 #               in-process communicator (not run in CI: a whole extra build)
+#   --options-off  build in build-options-off/ with every optional part off (MOE_WITH_ONEDNN,
+#               MOE_WITH_GLOO, MOE_WITH_RSVG): the binary and the test of their refusals
+# MOE_PHASE_LOG=FILE appends "<phase> <seconds>" lines (build and run times) to FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--options-off" ]; then
+  phase_start=$SECONDS
+  cmake -S . -B build-options-off -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOE_WITH_ONEDNN=OFF -DMOE_WITH_GLOO=OFF \
+    -DMOE_WITH_RSVG=OFF -DMOE_BUILD_BENCH=OFF > /dev/null
+  cmake --build build-options-off -j"$(nproc)" --target moe_cli optional_features_cli_test
+  cd build-options-off
+  status=0
+  ctest --output-on-failure -R OptionalFeaturesCli || status=$?
+  [ -z "${MOE_PHASE_LOG:-}" ] || echo "options-off $((SECONDS - phase_start))" >> "$MOE_PHASE_LOG"
+  exit $status
+fi
+case "${1:-}" in
+  "" | --sanitize | --tsan) ;;
+  -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "test.sh: unknown option '$1' (usage: ./scripts/test.sh [--sanitize | --tsan | --options-off])" >&2; exit 2 ;;
+esac
 BUILD=build
 FLAGS=(-DCMAKE_BUILD_TYPE=Release)
 LABELS=()
@@ -56,6 +75,14 @@ if [ "$BUILD" = build-asan ]; then
 else
   cmake -S . -B "$BUILD" -G Ninja "${FLAGS[@]}" > /dev/null
 fi
+phase_start=$SECONDS
 cmake --build "$BUILD" -j"$(nproc)"
+PHASE=tests
+[ "$BUILD" = build ] || PHASE=sanitizer
+[ -z "${MOE_PHASE_LOG:-}" ] || echo "$PHASE-build $((SECONDS - phase_start))" >> "$MOE_PHASE_LOG"
+phase_start=$SECONDS
 cd "$BUILD"
-ctest --output-on-failure -j"$(nproc)" --timeout 600 "${LABELS[@]}"
+status=0
+ctest --output-on-failure -j"$(nproc)" --timeout 600 "${LABELS[@]}" || status=$?
+[ -z "${MOE_PHASE_LOG:-}" ] || echo "$PHASE-run $((SECONDS - phase_start))" >> "$MOE_PHASE_LOG"
+exit $status
