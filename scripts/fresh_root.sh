@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A minimal Debian 12 root for trying the README's set-up as a new machine would: nothing
 # the host installed is visible inside it (no bind mount of /usr, /opt or $HOME), only the
-# checkout, a package cache and an npm cache. CI (.ci/run) runs every stage inside one.
+# checkout, the data folder beside it (../shared, read-only, when present: models and
+# traces some tests read), a package cache and an npm cache. CI (.ci/run) runs every
+# stage inside one.
 #
 # Usage (as root):
 #   scripts/fresh_root.sh create            make a new root (mmdebstrap --variant=minbase);
@@ -139,7 +141,8 @@ cmd_run() {
   case "$workdir" in "$SRC" | "$SRC"/*) ;; *) workdir=$SRC ;; esac
   # Inside the new namespaces: mount, then chroot with a clean environment (the host's
   # PATH, Python and Node are not the root's).
-  export ROOT CACHE SRC workdir
+  SHARED=$(cd "$SRC/.." && pwd)/shared
+  export ROOT CACHE SRC SHARED workdir
   exec unshare --mount --propagation private --pid --fork --kill-child "${net[@]}" -- \
     /bin/bash -c '
       set -e
@@ -151,6 +154,11 @@ cmd_run() {
       mount --bind "$SRC" "$ROOT$SRC"
       mount --bind "$CACHE/apt" "$ROOT/var/cache/apt/archives"
       mount --bind "$CACHE/npm" "$ROOT/root/.npm"
+      if [ -d "$SHARED" ]; then  # the shared data next to the checkout, read-only
+        mkdir -p "$ROOT$SHARED"
+        mount --bind "$SHARED" "$ROOT$SHARED"
+        mount -o remount,bind,ro "$ROOT$SHARED"
+      fi
       cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2> /dev/null || true
       exec chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
