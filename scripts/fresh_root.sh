@@ -121,6 +121,24 @@ cmd_status() {
   fi
 }
 
+# The site's own certificate authorities (/usr/local/share/ca-certificates/*.crt), such
+# as a TLS-intercepting egress proxy's: without them nothing in the root can reach an
+# https registry (npm). They are trust settings of this network, not installed software;
+# they join the root's bundle when its ca-certificates package is (or gets) installed.
+trust_site_cas() {
+  local crt changed=0
+  for crt in /usr/local/share/ca-certificates/*.crt; do
+    [ -f "$crt" ] || continue
+    mkdir -p "$ROOT/usr/local/share/ca-certificates"
+    cmp -s "$crt" "$ROOT/usr/local/share/ca-certificates/${crt##*/}" && continue
+    cp "$crt" "$ROOT/usr/local/share/ca-certificates/"
+    changed=1
+  done
+  if [ $changed = 1 ] && [ -x "$ROOT/usr/sbin/update-ca-certificates" ]; then
+    chroot "$ROOT" /usr/sbin/update-ca-certificates > /dev/null 2>&1 || true
+  fi
+}
+
 cmd_run() {
   local net=()
   while [ $# -gt 0 ]; do
@@ -141,11 +159,21 @@ cmd_run() {
   case "$workdir" in "$SRC" | "$SRC"/*) ;; *) workdir=$SRC ;; esac
   # Inside the new namespaces: mount, then chroot with a clean environment (the host's
   # PATH, Python and Node are not the root's).
+  trust_site_cas
   SHARED=$(cd "$SRC/.." && pwd)/shared
+  # Network settings pass through (proxies; Node's extra CAs: Node reads its own CA list,
+  # not the system's, so it is pointed at the root's bundle).
+  local v pass=()
+  for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+    [ -z "${!v:-}" ] || pass+=("$v=${!v}")
+  done
+  [ -z "${NODE_EXTRA_CA_CERTS:-}" ] || pass+=(NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt)
+  export PASS_ENV_LIST="${pass[*]}"
   export ROOT CACHE SRC SHARED workdir
   exec unshare --mount --propagation private --pid --fork --kill-child "${net[@]}" -- \
     /bin/bash -c '
       set -e
+      read -r -a PASS_ENV <<< "$PASS_ENV_LIST"
       mount -t proc proc "$ROOT/proc"
       mount --rbind /sys "$ROOT/sys"
       mount --rbind /dev "$ROOT/dev"
@@ -161,7 +189,7 @@ cmd_run() {
       fi
       cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2> /dev/null || true
       exec chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
-        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${PASS_ENV[@]}" \
         /bin/bash -c "cd \"$workdir\" && exec \"\$@\"" bash "$@"
     ' bash "$@"
 }
