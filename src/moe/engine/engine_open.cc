@@ -24,6 +24,7 @@
 #include "moe/engine/expert_loader.h"
 #include "moe/engine/peer_expert_recovery.h"
 #include "moe/model/config.h"
+#include "moe/model/config_fit.h"
 #include "moe/model/fingerprint.h"
 #include "moe/model/weight_checks.h"
 #include "moe/model/fp8_dequant.h"
@@ -216,14 +217,23 @@ FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* 
 Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   const std::string& dir = options.model_dir;
   if (!is_directory(dir)) return not_found("model directory not found: " + dir);
-  // A checkpoint store (store_layout.h: a CURRENT file) or a Hugging Face directory.
-  // config.json first (its errors before the weights'), then the weights.
+  // A checkpoint store (store_layout.h: a CURRENT file) or a Hugging Face directory,
+  // opened (its manifest, or its mapped files) but no tensor read; then config.json,
+  // checked against the tensors' names and shapes before anything is sized by it
+  // (config_fit.h).
   std::unique_ptr<StoreModel> store;
+  std::unique_ptr<HfCheckpoint> checkpoint;
   if (is_store_dir(dir)) {
     MOE_ASSIGN_OR_RETURN(store, StoreModel::open(dir));
-    MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(*store));
+    MOE_ASSIGN_OR_RETURN(impl->config, load_model_config_checked(*store));
   } else {
-    MOE_ASSIGN_OR_RETURN(impl->config, load_model_config(dir));
+    auto opened = HfCheckpoint::open(dir);
+    if (!opened.ok()) {
+      MOE_RETURN_IF_ERROR(load_model_config(dir).status());  // config.json's errors before the weights'
+      return opened.status();
+    }
+    checkpoint = std::make_unique<HfCheckpoint>(std::move(opened).value());
+    MOE_ASSIGN_OR_RETURN(impl->config, load_model_config_checked(*checkpoint));
   }
   const RouterConfig& rc = impl->config.router;
   if (impl->config.family == ModelFamily::kDeepseekV2 && rc.norm_topk_prob && rc.routed_scaling_factor != 1.0) {
@@ -302,10 +312,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   MOE_ASSIGN_OR_RETURN(ExpertLoadStats stats,
                        ExpertLoadStats::create(moe_layers, impl->config.router.num_experts, options.stats_ema_decay));
   impl->load_stats = std::make_unique<ExpertLoadStats>(std::move(stats));
-  if (store == nullptr) {
-    MOE_ASSIGN_OR_RETURN(HfCheckpoint checkpoint, HfCheckpoint::open(dir));
-    impl->source = std::make_unique<HfCheckpoint>(std::move(checkpoint));
-  }
+  if (store == nullptr) impl->source = std::move(checkpoint);
   merge_generation_config(store ? static_cast<const ModelSource&>(*store) : *impl->source, &impl->config);
   ExpertFilter filter;
   if (impl->ep_comm != nullptr) {

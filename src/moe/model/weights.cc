@@ -195,6 +195,15 @@ StatusOr<ModelWeights> bind_weights(const ModelConfig& c, const ModelSource& ckp
 
   ModelWeights w;
   MOE_ASSIGN_OR_RETURN(w.embed_tokens, matrix(ckpt, names.embed_tokens, c.vocab_size, hidden));
+  if (c.num_hidden_layers > 0) {
+    // The last layer first: a count the checkpoint cannot back is refused before the
+    // layers are sized by it (config_fit.h checks every size; callers may skip that).
+    const std::string last = names.layer(c.num_hidden_layers - 1, names.input_norm);
+    if (!ckpt.contains(last)) {
+      return not_found("tensor '" + last + "' not found in checkpoint " + ckpt.location() + " (config.json: num_hidden_layers " +
+                       std::to_string(c.num_hidden_layers) + ")");
+    }
+  }
   w.layers.resize(static_cast<size_t>(c.num_hidden_layers));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     LayerWeights& L = w.layers[static_cast<size_t>(l)];
