@@ -5,9 +5,22 @@
 const openai = require('openai');
 const OpenAI = openai.OpenAI || openai;
 
+// openai@4 fetches with node-fetch@2 by default. On Node.js 18 (Debian 12's nodejs) that
+// fails every streamed response on a kept-alive connection with "Premature close" after the
+// last chunk: node-fetch takes the socket's parser 'data' listener, which Node 18 leaves
+// attached until the socket is freed, for an unfinished body (node-fetch issue #1767). The
+// server's stream is complete (curl and Node's own fetch read it whole), so on Node < 20 the
+// client is given Node's built-in fetch, as a user of that Node would have to.
+function nodeFetchWorkaround() {
+  const major = parseInt(process.versions.node.split('.')[0], 10);
+  return major < 20 && typeof globalThis.fetch === 'function' ? { fetch: globalThis.fetch } : {};
+}
+
 async function main() {
   const [baseURL] = process.argv.slice(2);
-  const client = new OpenAI({ baseURL: baseURL + '/v1', apiKey: 'no-key', maxRetries: 0, timeout: 120000 });
+  const client = new OpenAI({
+    baseURL: baseURL + '/v1', apiKey: 'no-key', maxRetries: 0, timeout: 120000, ...nodeFetchWorkaround(),
+  });
   const model = (await client.models.list()).data[0].id;
   const prompt = 'ROMEO:\nWhat light';
   const messages = [{ role: 'user', content: 'Give me a JSON object.' }];
