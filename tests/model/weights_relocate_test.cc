@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -79,6 +80,69 @@ TEST(WeightsRelocateTest, CopiesEveryMatrixOnceAndRepointsIt) {
   EXPECT_EQ(l.experts[0].w2.block_scale(1, 0), 3.5f);
   EXPECT_EQ(l.experts[1].w1.data, unloaded.data());  // not loaded: untouched
   EXPECT_EQ(l.k_proj.data, nullptr);                 // empty stays empty
+}
+
+// On several threads, in jobs of 4 MiB: the copies are byte-identical; with check_finite
+// the first NaN or Inf (in matrix order, then element order) is reported by the matrix's
+// original first byte and its element index, in a matrix larger than one job, in block
+// scales, and not in a matrix the copy leaves alone.
+TEST(WeightsRelocateTest, ParallelCopyChecksWhatItCopies) {
+  const size_t rows = 2048, cols = 1536;  // bf16: 6 MiB, two jobs
+  std::vector<uint8_t> big(rows * cols * 2, 0), q(8 * 8 * 2, 0), i8(4 * 32, 0xFF), i8s(4 * 4, 0), unloaded(64, 0xFF);
+  for (size_t i = 0; i < big.size(); i += 2) big[i] = static_cast<uint8_t>(i * 7);  // finite bf16: low byte only
+  ModelWeights w;
+  w.embed_tokens = {big.data(), DType::kBF16, static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
+  w.lm_head = w.embed_tokens;
+  w.layers.resize(1);
+  LayerWeights& l = w.layers[0];
+  l.q_proj = {q.data(), DType::kBF16, 8, 8};
+  l.experts.resize(2);
+  l.experts[0].loaded = true;
+  l.experts[0].w1 = {i8.data(), DType::kI8, 4, 32, i8s.data(), DType::kF32, 1, 32};  // int8 codes 0xFF: no exponent
+  l.experts[1].loaded = false;
+  l.experts[1].w1 = {unloaded.data(), DType::kBF16, 4, 8};  // all NaN, never copied
+
+  auto copy = [&](bool check) {
+    ModelWeights c = w;
+    HugePageArena arena;
+    ArenaCopyResult r = copy_weights_to_arena(&c, &arena, ArenaCopyOptions{.threads = 3, .check_finite = check});
+    EXPECT_EQ(r.bytes, big.size() + q.size() + i8.size() + i8s.size());
+    EXPECT_EQ(0, std::memcmp(c.embed_tokens.data, big.data(), big.size()));
+    EXPECT_EQ(0, std::memcmp(c.layers[0].q_proj.data, q.data(), q.size()));
+    EXPECT_EQ(0, std::memcmp(c.layers[0].experts[0].w1.scale, i8s.data(), i8s.size()));
+    return r.non_finite;
+  };
+  EXPECT_FALSE(copy(true).has_value());
+  const std::vector<const void*> sources = weights_copy_sources(w);
+  EXPECT_EQ(sources, (std::vector<const void*>{big.data(), q.data(), i8.data(), i8s.data()}));
+
+  // An Inf in the second job of the embedding (element 2.5M), a NaN in q_proj: the embedding's comes first.
+  const size_t at = 2500000;
+  big[at * 2] = 0x80;
+  big[at * 2 + 1] = 0x7F;  // 0x7F80: +Inf
+  q[10] = 0xC0;
+  q[11] = 0x7F;  // element 5: 0x7FC0, NaN
+  auto bad = copy(true);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->data, big.data());
+  EXPECT_EQ(bad->dtype, DType::kBF16);
+  EXPECT_EQ(bad->index, static_cast<int64_t>(at));
+  EXPECT_FALSE(copy(false).has_value());  // not checked: copied as is
+
+  big[at * 2 + 1] = 0;
+  bad = copy(true);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->data, q.data());
+  EXPECT_EQ(bad->index, 5);
+
+  q[11] = 0;
+  const float nan_scale = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(i8s.data() + 8, &nan_scale, 4);  // scale 2 of the int8 matrix
+  bad = copy(true);
+  ASSERT_TRUE(bad.has_value());
+  EXPECT_EQ(bad->data, i8s.data());
+  EXPECT_EQ(bad->dtype, DType::kF32);
+  EXPECT_EQ(bad->index, 2);
 }
 
 }  // namespace

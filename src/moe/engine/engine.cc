@@ -65,6 +65,57 @@ const ExpertLoadStats& Engine::expert_load_stats() const { return *impl_->load_s
 void Engine::clear_expert_load_stats() { impl_->load_stats->clear(); }
 
 const ModelInfo& Engine::info() const { return impl_->info; }
+
+ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const ModelSource& source) {
+  ModelInfo info;
+  info.model_dir = dir;
+  info.model_type = c.model_type;
+  info.vocab_size = c.vocab_size;
+  info.hidden_size = c.hidden_size;
+  info.num_layers = c.num_hidden_layers;
+  info.num_experts = c.router.num_experts;
+  info.top_k = c.router.top_k;
+  info.num_moe_layers = c.num_moe_layers();
+  info.max_context = c.max_position_embeddings;
+  info.weight_bytes = source.total_bytes();
+  int64_t total = 0;
+  for (const TensorInfo& t : source.tensor_infos()) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    total += n;
+  }
+  info.num_parameters = total;
+  // Parameters of the routed experts not used by a token: (num_experts - top_k) per
+  // MoE layer. Non-expert matrices are all read per decode token.
+  int64_t inactive = 0;
+  size_t bytes = w.lm_head.bytes() + static_cast<size_t>(c.hidden_size) * dtype_size(w.embed_tokens.dtype);
+  const int64_t expert_params = static_cast<int64_t>(c.moe_intermediate_size) * c.hidden_size * 3;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    // An expert's bytes as held (FP8 with its scales, or dequantised); the embedding's
+    // dtype if this rank holds none of the layer's.
+    size_t expert_bytes = static_cast<size_t>(expert_params) * dtype_size(w.embed_tokens.dtype);
+    for (const ExpertWeights& e : L.experts) {
+      if (e.loaded) {
+        expert_bytes = e.bytes();
+        break;
+      }
+    }
+    bytes += L.q_proj.bytes() + L.k_proj.bytes() + L.v_proj.bytes() + L.o_proj.bytes();
+    if (!c.is_moe_layer(l)) {
+      bytes += L.dense_mlp.bytes();
+      continue;
+    }
+    inactive += static_cast<int64_t>(c.router.num_experts - c.router.top_k) * expert_params;
+    bytes += L.router.bytes() + L.shared_expert.bytes() + L.shared_expert_gate.bytes() +
+             static_cast<size_t>(c.router.top_k) * expert_bytes;
+  }
+  info.num_active_parameters = total - inactive;
+  // Bytes streamed per decode token: every non-expert matrix, top_k experts per MoE
+  // layer, the lm_head, one embedding row. (Norm vectors and biases are negligible.)
+  info.decode_bytes_per_token = bytes;
+  return info;
+}
 void Engine::set_num_threads(int n) { omp_set_num_threads(n > 0 ? n : 1); }
 std::vector<int> Engine::tokenize(const std::string& text) const { return impl_->tokenizer->encode(text); }
 std::string Engine::detokenize(const std::vector<int>& ids) const { return impl_->tokenizer->decode(ids); }

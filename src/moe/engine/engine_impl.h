@@ -113,4 +113,8 @@ struct Engine::Impl final : EpStepRunner {
   Status switch_replicas_if_ready() override { return failover ? failover->switch_if_ready() : ok_status(); }
 };
 
+// What Engine::info() reports (engine.cc): sizes from the config, parameter counts from
+// the source's tensors, bytes per decode token from the bound weights `w`.
+ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const ModelSource& source);
+
 }  // namespace moe

@@ -11,6 +11,7 @@
 
 #include <set>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "moe/comm/communicator.h"
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
+#include "moe/core/phase_timer.h"
 #include "moe/engine/engine_hugepages.h"
 #include "moe/engine/engine_impl.h"
 #include "moe/engine/engine_tp.h"
@@ -27,6 +29,7 @@
 #include "moe/model/config_fit.h"
 #include "moe/model/fingerprint.h"
 #include "moe/model/weight_checks.h"
+#include "moe/model/weights_relocate.h"
 #include "moe/model/fp8_dequant.h"
 #include "moe/model/int8_quant.h"
 #include "moe/model/hf_checkpoint.h"
@@ -52,62 +55,6 @@ bool is_directory(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
-
-ModelInfo make_info(const std::string& dir, const ModelConfig& c, const ModelWeights& w, const ModelSource& source) {
-  ModelInfo info;
-  info.model_dir = dir;
-  info.model_type = c.model_type;
-  info.vocab_size = c.vocab_size;
-  info.hidden_size = c.hidden_size;
-  info.num_layers = c.num_hidden_layers;
-  info.num_experts = c.router.num_experts;
-  info.top_k = c.router.top_k;
-  info.num_moe_layers = c.num_moe_layers();
-  info.max_context = c.max_position_embeddings;
-  info.weight_bytes = source.total_bytes();
-  int64_t total = 0;
-  for (const TensorInfo& t : source.tensor_infos()) {
-    int64_t n = 1;
-    for (int64_t d : t.shape) n *= d;
-    total += n;
-  }
-  info.num_parameters = total;
-  // Parameters of the routed experts not used by a token: (num_experts - top_k) per
-  // MoE layer. Non-expert matrices are all read per decode token.
-  int64_t inactive = 0;
-  size_t bytes = w.lm_head.bytes() + static_cast<size_t>(c.hidden_size) * dtype_size(w.embed_tokens.dtype);
-  const int64_t expert_params = static_cast<int64_t>(c.moe_intermediate_size) * c.hidden_size * 3;
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& L = w.layers[static_cast<size_t>(l)];
-    // An expert's bytes as held (FP8 with its scales, or dequantised); the embedding's
-    // dtype if this rank holds none of the layer's.
-    size_t expert_bytes = static_cast<size_t>(expert_params) * dtype_size(w.embed_tokens.dtype);
-    for (const ExpertWeights& e : L.experts) {
-      if (e.loaded) {
-        expert_bytes = e.bytes();
-        break;
-      }
-    }
-    bytes += L.q_proj.bytes() + L.k_proj.bytes() + L.v_proj.bytes() + L.o_proj.bytes();
-    if (!c.is_moe_layer(l)) {
-      bytes += L.dense_mlp.bytes();
-      continue;
-    }
-    inactive += static_cast<int64_t>(c.router.num_experts - c.router.top_k) * expert_params;
-    bytes += L.router.bytes() + L.shared_expert.bytes() + L.shared_expert_gate.bytes() +
-             static_cast<size_t>(c.router.top_k) * expert_bytes;
-  }
-  info.num_active_parameters = total - inactive;
-  // Bytes streamed per decode token: every non-expert matrix, top_k experts per MoE
-  // layer, the lm_head, one embedding row. (Norm vectors and biases are negligible.)
-  info.decode_bytes_per_token = bytes;
-  return info;
-}
-
-
-}  // namespace
-
-namespace {
 
 // Per-layer placements from a plan file (`moe placement plan`): one plan layer per MoE
 // layer, for this many ranks and experts, each expert on >= min_replicas ranks.
@@ -213,8 +160,8 @@ FailoverInputs make_failover_inputs(const EngineOptions& options, Engine::Impl* 
   return in;
 }
 
-// Loads everything this rank needs; no communication.
-Status open_local(const EngineOptions& options, Engine::Impl* impl) {
+// Loads everything this rank needs; no communication. Marks its phases on `phases`.
+Status open_local(const EngineOptions& options, Engine::Impl* impl, PhaseTimer* phases) {
   const std::string& dir = options.model_dir;
   if (!is_directory(dir)) return not_found("model directory not found: " + dir);
   // A checkpoint store (store_layout.h: a CURRENT file) or a Hugging Face directory,
@@ -225,6 +172,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
   std::unique_ptr<HfCheckpoint> checkpoint;
   if (is_store_dir(dir)) {
     MOE_ASSIGN_OR_RETURN(store, StoreModel::open(dir));
+    phases->mark("open files");
     MOE_ASSIGN_OR_RETURN(impl->config, load_model_config_checked(*store));
   } else {
     auto opened = HfCheckpoint::open(dir);
@@ -233,8 +181,10 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
       return opened.status();
     }
     checkpoint = std::make_unique<HfCheckpoint>(std::move(opened).value());
+    phases->mark("open files");
     MOE_ASSIGN_OR_RETURN(impl->config, load_model_config_checked(*checkpoint));
   }
+  phases->mark("config");
   const RouterConfig& rc = impl->config.router;
   if (impl->config.family == ModelFamily::kDeepseekV2 && rc.norm_topk_prob && rc.routed_scaling_factor != 1.0) {
     // Sources disagree here (tools/reference/README.md): DeepSeek's V2 code normalises
@@ -360,6 +310,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
       return (*layers)[static_cast<size_t>(layer)].placement.holds(me, expert);
     };
   }
+  phases->mark("options and placement");
   if (store != nullptr) {
     // Only this rank's experts (the filter above), verified as they are read.
     RestoreOptions restore_options;
@@ -380,6 +331,7 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     impl->missing_experts = std::move(report.missing);
     impl->store = store.get();
     impl->source = std::move(store);
+    phases->mark("store restore");
   }
   ExpertFilter bind_filter = filter;
   if (!impl->missing_experts.empty()) {
@@ -390,7 +342,9 @@ Status open_local(const EngineOptions& options, Engine::Impl* impl) {
     };
   }
   MOE_ASSIGN_OR_RETURN(impl->weights, bind_weights(impl->config, *impl->source, bind_filter));
+  phases->mark("bind weights");
   MOE_ASSIGN_OR_RETURN(impl->tokenizer, Tokenizer::load(*impl->source));
+  phases->mark("tokenizer");
   if (impl->tokenizer->vocab_size() > impl->config.vocab_size) {
     return invalid_argument(dir + "/" + impl->tokenizer->file_name() + " has " +
                             std::to_string(impl->tokenizer->vocab_size()) + " token ids, more than config.json vocab_size " +
@@ -423,28 +377,44 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
   if (options.num_threads > 0) omp_set_num_threads(options.num_threads);
   auto impl = std::make_unique<Impl>();
   impl->comm = options.comm;
+  // Each phase's time, logged at info once open succeeds (one "start-up:" line).
+  PhaseTimer phases;
   // The TP and EP groups (collective; its errors are the same on every rank).
   MOE_RETURN_IF_ERROR(open_parallel_groups(options, impl.get()));
-  Status local = open_local(options, impl.get());
+  if (impl->comm != nullptr) phases.mark("parallel groups");
+  Status local = open_local(options, impl.get(), &phases);
   if (local.ok()) local = check_trace_options(options, impl->comm == nullptr ? 0 : impl->comm->rank());
   // Start-up only, mostly page-ins of the mapped files: every hardware thread.
   const int check_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // When the huge-page copy reads the matrices as loaded, it checks them as it copies
+  // (the bytes read once); this pass takes the rest (norms, biases, other ranks' experts).
+  const bool copy_checks = local.ok() && options.check_weights_finite && copies_source_matrices(*impl, options);
   if (local.ok() && options.check_weights_finite) {
-    const auto t0 = std::chrono::steady_clock::now();
-    local = check_weights_finite(*impl->source, check_threads);
-    MOE_LOG_INFO("weight check: no NaN/Inf in the loaded weights ({:.3f} s)",
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::unordered_set<const void*> in_copy;
+    if (copy_checks) {
+      for (const void* p : weights_copy_sources(impl->weights)) in_copy.insert(p);
+    }
+    local = check_weights_finite(*impl->source, check_threads, in_copy);
+    phases.mark("weight scan");
+    if (local.ok()) {
+      MOE_LOG_INFO("weight check: no NaN/Inf in the loaded weights{} ({:.3f} s)",
+                   copy_checks ? " but the matrices, which the huge-page copy checks" : "",
+                   phases.seconds("weight scan"));
+    }
   }
   if (impl->comm != nullptr) {
     const uint64_t fp = local.ok() ? model_fingerprint(*impl->source, impl->weights) : 0;
     MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, local, fp));
+    phases.mark("rank agreement");
     // Every rank loaded; now the experts' bytes (each rank holds different ones, so each
     // hashes every expert, or takes the store manifest's hashes).
     const auto t0 = std::chrono::steady_clock::now();
     auto digests = expert_digests(*impl->source, impl->config, check_threads);
+    phases.mark("expert digests");
     MOE_LOG_INFO("expert digests: {} experts in {:.3f} s", digests.ok() ? digests->size() : 0,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     MOE_RETURN_IF_ERROR(EpSession::agree_on_experts(*impl->comm, digests, impl->config.router.num_experts));
+    phases.mark("rank agreement");
   }
   if (impl->comm != nullptr && !impl->tensor_parallel()) {
     // Collective on every rank (HF ones too: they can serve copies).
@@ -458,6 +428,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                                 .layers = &impl->weights.layers,
                                 .missing = std::move(impl->missing_experts)};
     MOE_RETURN_IF_ERROR(recover_experts_from_peers(recovery));
+    phases.mark("peer recovery");
   } else if (!local.ok()) {
     return local;
   }
@@ -467,6 +438,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     Status sharded = shard_weights(impl.get());
     if (impl->tensor_parallel()) MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, sharded, 0));
     MOE_RETURN_IF_ERROR(sharded);
+    if (impl->tensor_parallel()) phases.mark("tp shard");
   }
   if (options.fp8_mode == Fp8Mode::kDequant && impl->config.fp8.enabled) {
     Impl* p = impl.get();
@@ -474,6 +446,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     const int64_t n = dequantize_weights_to_bf16(w, &impl->fp8_dequantized,
                                                  [p](int l, int e) { return &p->expert_store[{l, e}]; });
     MOE_LOG_INFO("fp8 dequant: {} FP8 matrices dequantised to bf16 at load", n);
+    phases.mark("fp8 dequant");
   }
   if (impl->kernel_choice.int8_weights) {
     Impl* p = impl.get();
@@ -481,6 +454,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     const int64_t n = quantize_weights_to_int8(w, &impl->int8_quantized,
                                                [p](int l, int e) { return &p->expert_store[{l, e}]; });
     MOE_LOG_INFO("weights int8: {} matrices quantised at load (blocks of 32, f32 scales)", n);
+    phases.mark("int8 quant");
   }
   if (impl->kernel_choice.bf16_gemm) {  // matmul_precision "medium" rounds activations for bf16 weights only
     const ModelWeights& w = impl->tensor_parallel() ? impl->tp_weights : impl->weights;
@@ -493,9 +467,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
     // Every rank's weights are in place before any rank returns from open: otherwise rank
     // 0's first step waits in its first exchange for ranks still copying weights (their
     // load counted in its first request's time) and computes beside their copies.
-    Status placed = place_weights_in_huge_pages(impl.get(), options.hugepages);
+    Status placed = place_weights_in_huge_pages(
+        impl.get(), HugePageCopy{.mode = options.hugepages, .threads = check_threads, .check_finite = copy_checks});
     if (impl->comm != nullptr) MOE_RETURN_IF_ERROR(EpSession::agree_on_startup(*impl->comm, placed, 0));
     MOE_RETURN_IF_ERROR(placed);
+    phases.mark(impl->weight_arena != nullptr ? "huge-page copy" : "other");
   }
   MOE_LOG_INFO("{}", describe_kernels(impl->kernel_choice));
   const std::string& dir = options.model_dir;
@@ -527,6 +503,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                              : options.mla_attention == "absorbed" ? MlaPath::kAbsorbed
                                                                    : MlaPath::kAuto;
   impl->decoder = std::make_unique<Decoder>(impl->run_config(), impl->run_weights(), decoder_options);
+  phases.mark("decoder");
   impl->decoder->set_capacity(impl->capacity);
   if (!options.trace_path.empty()) {
     impl->trace = std::make_unique<TraceRecorder>(impl->comm ? impl->comm->rank() : 0, options.trace_max_events);
@@ -581,6 +558,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           .failover = impl->failover.get(),
                           .kv_dtype = impl->kv_dtype,
                           .dp_groups = impl->decoder->dp_groups()};
+  phases.mark("other");
+  MOE_LOG_INFO("start-up: {}", phases.summary());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

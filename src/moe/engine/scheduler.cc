@@ -18,6 +18,7 @@
 
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
+#include "moe/core/phase_timer.h"
 #include "moe/engine/detokenizer.h"
 #include "moe/engine/engine_core.h"
 #include "moe/engine/logits_processor.h"
@@ -162,9 +163,12 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   auto st = std::make_unique<State>();
   st->core = &core;
   st->options = o;
+  PhaseTimer phases;  // start-up: the pool is zeroed (first touch) here, not at the first step
   st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, kv, o.kv_block_size, num_blocks);
   st->allocator = std::make_unique<BlockAllocator>(num_blocks);
+  phases.mark("KV pool");
   core.decoder->reserve(o.max_num_batched_tokens, o.max_num_seqs);  // forward_batch's workspaces
+  phases.mark("workspaces");
   st->snap.kv_blocks_total = num_blocks;
   st->snap.kv_block_size = o.kv_block_size;
   st->snap.moe_layers = core.load_stats->layer_ids();
@@ -173,6 +177,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB, {}), up to {} sequences, {} tokens per step",
                num_blocks, o.kv_block_size, st->kv->bytes() / 1e6, kv_dtype_name(kv.dtype), o.max_num_seqs,
                o.max_num_batched_tokens);
+  MOE_LOG_INFO("start-up: {} (allocation and first touch)", phases.summary());
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(st)));
 }
 

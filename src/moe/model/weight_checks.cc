@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "moe/model/finite_scan.h"
 #include "moe/model/weight_names.h"
 
 namespace moe {
@@ -107,87 +108,41 @@ StatusOr<std::vector<ExpertDigest>> expert_digests(const ModelSource& source, co
   return out;
 }
 
-namespace {
+Status non_finite_weight_error(const ModelSource& source, const StoredTensor& t, int64_t index) {
+  const DType dtype = t.dtype.value_or(DType::kF32);
+  return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' of " + source.location() + " holds " +
+                                           non_finite_kind(t.data, index, dtype) + " at element " +
+                                           std::to_string(index) + " (" + t.dtype_name + " " + t.shape_string() +
+                                           "): the checkpoint is corrupt (skip this check with --skip-weight-check)");
+}
 
-// Index of the first element whose `exp_mask` bits are all ones (non-finite; for
-// F8_E4M3, mask 0x7F: NaN), or -1. `Bits` is the element's unsigned type. Scans 64-bit
-// words, all lanes at once (SWAR: a lane of x = (w & M) ^ M is zero exactly where the
-// element is non-finite, and (x - L) & ~x & H is non-zero iff some lane of x is zero);
-// the compiler vectorises the word loop. Only a block with a hit is looked at closely.
-template <typename Bits>
-int64_t first_non_finite(const uint8_t* data, size_t count, Bits exp_mask) {
-  constexpr size_t kLanes = 8 / sizeof(Bits);
-  uint64_t lanes_one = 0, lanes_high = 0, mask = 0;
-  for (size_t k = 0; k < kLanes; ++k) {
-    lanes_one |= uint64_t{1} << (k * 8 * sizeof(Bits));
-    lanes_high |= uint64_t{1} << (k * 8 * sizeof(Bits) + 8 * sizeof(Bits) - 1);
-    mask |= uint64_t{exp_mask} << (k * 8 * sizeof(Bits));
-  }
-  constexpr size_t kBlockWords = 1024;
-  const size_t words = count / kLanes;
-  auto exact = [&](size_t from, size_t to) -> int64_t {
-    for (size_t i = from; i < to; ++i) {
-      Bits v;
-      std::memcpy(&v, data + i * sizeof(Bits), sizeof(Bits));
-      if ((v & exp_mask) == exp_mask) return static_cast<int64_t>(i);
-    }
-    return -1;
+Status check_weights_finite(const ModelSource& source, int threads, const std::unordered_set<const void*>& skip) {
+  // Jobs of at most kChunkBytes of one tensor, so that threads share a few big tensors
+  // (the embedding, lm_head) as well as many small ones.
+  constexpr size_t kChunkBytes = size_t{8} << 20;
+  struct Job {
+    const StoredTensor* tensor;
+    size_t first, count;  // elements
   };
-  for (size_t b = 0; b < words; b += kBlockWords) {
-    const size_t end = std::min(words, b + kBlockWords);
-    uint64_t hit = 0;
-    for (size_t i = b; i < end; ++i) {
-      uint64_t w;
-      std::memcpy(&w, data + i * 8, 8);
-      const uint64_t x = (w & mask) ^ mask;
-      hit |= (x - lanes_one) & ~x & lanes_high;
-    }
-    if (hit != 0) {
-      const int64_t at = exact(b * kLanes, end * kLanes);
-      if (at >= 0) return at;
-    }
+  std::vector<Job> jobs;
+  for (const TensorInfo& info : source.tensor_infos()) {
+    const std::string& dtype = info.dtype_name;
+    if (dtype != "F32" && dtype != "BF16" && dtype != "F16" && dtype != "F8_E4M3") continue;
+    auto got = source.get(info.name);
+    if (!got.ok()) continue;  // not loaded by this process (another rank's expert)
+    const StoredTensor* t = got.value();
+    if (!t->dtype || skip.count(t->data) > 0) continue;
+    const size_t size = dtype_size(*t->dtype), n = t->nbytes / size, per_job = kChunkBytes / size;
+    for (size_t first = 0; first < n; first += per_job) jobs.push_back({t, first, std::min(per_job, n - first)});
   }
-  return exact(words * kLanes, count);
-}
-
-// "NaN" or "Inf" for the element at `i` (exponent all ones; mantissa zero = Inf).
-template <typename Bits>
-const char* kind_of(const uint8_t* data, int64_t i, Bits exp_mask) {
-  Bits v;
-  std::memcpy(&v, data + static_cast<size_t>(i) * sizeof(Bits), sizeof(Bits));
-  const Bits mant = static_cast<Bits>(~exp_mask & static_cast<Bits>(~(Bits(1) << (sizeof(Bits) * 8 - 1))));
-  return (v & mant) == 0 ? "Inf" : "NaN";
-}
-
-}  // namespace
-
-Status check_weights_finite(const ModelSource& source, int threads) {
-  const std::vector<TensorInfo> infos = source.tensor_infos();
-  return parallel_for(infos.size(), std::max(1, threads), [&](size_t i) -> Status {
-    const std::string& dtype = infos[i].dtype_name;
-    if (dtype != "F32" && dtype != "BF16" && dtype != "F16" && dtype != "F8_E4M3") return ok_status();
-    auto got = source.get(infos[i].name);
-    if (!got.ok()) return ok_status();  // not loaded by this process (another rank's expert)
-    const StoredTensor& t = *got.value();
-    int64_t bad = -1;
-    const char* kind = "NaN";
-    if (dtype == "F32") {
-      bad = first_non_finite<uint32_t>(t.data, t.nbytes / 4, 0x7F800000u);
-      if (bad >= 0) kind = kind_of<uint32_t>(t.data, bad, 0x7F800000u);
-    } else if (dtype == "BF16") {
-      bad = first_non_finite<uint16_t>(t.data, t.nbytes / 2, 0x7F80u);
-      if (bad >= 0) kind = kind_of<uint16_t>(t.data, bad, 0x7F80u);
-    } else if (dtype == "F16") {
-      bad = first_non_finite<uint16_t>(t.data, t.nbytes / 2, 0x7C00u);
-      if (bad >= 0) kind = kind_of<uint16_t>(t.data, bad, 0x7C00u);
-    } else {
-      bad = first_non_finite<uint8_t>(t.data, t.nbytes, 0x7F);  // S.1111.111 is NaN; no Inf
-    }
+  // The lowest job's error: the first bad element of the first bad tensor by name.
+  return parallel_for(jobs.size(), std::max(1, threads), [&](size_t j) -> Status {
+    const Job& job = jobs[j];
+    const StoredTensor& t = *job.tensor;
+    const size_t size = dtype_size(*t.dtype);
+    const int64_t bad = find_non_finite(t.data + job.first * size, job.count, *t.dtype);
     if (bad < 0) return ok_status();
-    return Status(StatusCode::kDataLoss, "tensor '" + t.name + "' of " + source.location() + " holds " + kind +
-                                             " at element " + std::to_string(bad) + " (" + dtype + " " +
-                                             t.shape_string() + "): the checkpoint is corrupt (skip this check "
-                                             "with --skip-weight-check)");
+    return non_finite_weight_error(source, t, static_cast<int64_t>(job.first) + bad);
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "moe/model/config.h"
@@ -28,9 +29,15 @@ namespace moe {
 StatusOr<std::vector<ExpertDigest>> expert_digests(const ModelSource& source, const ModelConfig& config, int threads);
 
 // Checks that every floating-point tensor this process loaded (source.get() succeeds;
-// F32, BF16, F16, F8_E4M3) holds no NaN and no Inf (F8_E4M3 has no Inf). DataLoss naming
-// the first bad tensor (by name), source.location(), the element index and its value
-// kind. `threads` >= 1.
-Status check_weights_finite(const ModelSource& source, int threads);
+// F32, BF16, F16, F8_E4M3) holds no NaN and no Inf (F8_E4M3 has no Inf), but those whose
+// first byte is in `skip` (tensors a caller checks itself: the huge-page copy of
+// weights_relocate.h checks what it copies). finite_scan.h's kernel over chunks of at
+// most 8 MiB on `threads` (>= 1) threads. DataLoss as non_finite_weight_error for the first
+// bad tensor (by name) and its first bad element.
+Status check_weights_finite(const ModelSource& source, int threads, const std::unordered_set<const void*>& skip = {});
+
+// DataLoss naming tensor `t`, source.location(), element `index` (a NaN or Inf: which one,
+// from its bits), the dtype and shape, and --skip-weight-check.
+Status non_finite_weight_error(const ModelSource& source, const StoredTensor& t, int64_t index);
 
 }  // namespace moe

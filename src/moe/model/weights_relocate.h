@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "moe/core/huge_page_arena.h"
 #include "moe/model/weights.h"
@@ -21,7 +24,31 @@ namespace moe {
 // bytes copied.
 size_t copy_weights_to_arena(ModelWeights* weights, HugePageArena* arena);
 
+// A NaN or Inf that copy_weights_to_arena found: element `index` of the matrix (or block
+// scales) whose first byte was `data` before the copy (a tensor of the source, for a
+// matrix bound straight from it).
+struct NonFiniteWeight {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t index = -1;
+};
+struct ArenaCopyOptions {
+  int threads = 1;            // copying in chunks of 4 MiB, >= 1
+  bool check_finite = false;  // check for NaN/Inf as it copies (finite_scan.h: copy_finding_non_finite)
+};
+struct ArenaCopyResult {
+  size_t bytes = 0;                           // copied
+  std::optional<NonFiniteWeight> non_finite;  // with check_finite: the first one, by matrix order
+};
+// The same copy on options.threads threads; with check_finite, the bytes are scanned as
+// they are copied (read once from memory). Everything is copied and repointed even when a
+// non-finite element is found (the caller refuses the weights).
+ArenaCopyResult copy_weights_to_arena(ModelWeights* weights, HugePageArena* arena, const ArenaCopyOptions& options);
+
 // The bytes copy_weights_to_arena would copy (nothing is changed).
 size_t weights_bytes_to_copy(const ModelWeights& weights);
+
+// The first bytes of the storage it would copy from: each matrix's data and block scales.
+std::vector<const void*> weights_copy_sources(const ModelWeights& weights);
 
 }  // namespace moe
