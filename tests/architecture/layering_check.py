@@ -12,6 +12,10 @@
 5. No source file over 600 lines unless a line near its top says "Over 600 lines:" and why.
 6. The MoE hot path (headers of moe/, ops/, transformer/, runtime/ and comm/communicator.h) declares
    no function with more than 5 parameters.
+7. The docs name every module, and no folder that is none: docs/architecture.md's table of
+   folders ("## Where things live") has a row "| `<folder>/` |" for each folder of src/moe/,
+   README.md's "## Layout" names "src/moe/<folder>/"; neither names a src/moe/ folder that
+   does not exist.
 
 Usage: layering_check.py [source root]   (exit 1 and one line per violation on failure)
 """
@@ -191,10 +195,32 @@ for path in hot:
             errors.append(f"{rel(path)}: {fname}() takes {n} parameters (> {MAX_PARAMS} on the MoE hot path); "
                           "pass a struct or tensor views")
 
+# 7. The docs name every module (and only modules).
+module_dirs = sorted(e for e in os.listdir(SRC) if os.path.isdir(os.path.join(SRC, e)))
+DOC_NAMES = [
+    # (file, its part that names the folders: the heading it starts at, how it names folder {})
+    ("docs/architecture.md", "## Where things live", re.compile(r"^\| `(\w+)/` \|", re.M), "| `{}/` |"),
+    ("README.md", "## Layout", re.compile(r"\bsrc/moe/(\w+)/"), "src/moe/{}/"),
+]
+for doc, heading, name_re, form in DOC_NAMES:
+    path = os.path.join(ROOT, doc)
+    text = read(path) if os.path.exists(path) else ""
+    start = text.find("\n" + heading + "\n")
+    if start < 0:
+        errors.append(f'{doc}: no section "{heading}" naming every folder of src/moe/')
+        continue
+    end = text.find("\n## ", start + 1)
+    named = set(name_re.findall(text[start:end if end >= 0 else len(text)]))
+    for name in module_dirs:
+        if name not in named:
+            errors.append(f'{doc}: "{heading}" does not name src/moe/{name}/ (as "{form.format(name)}")')
+    for name in sorted(named - set(module_dirs)):
+        errors.append(f'{doc}: "{heading}" names "{form.format(name)}", but src/moe/{name}/ does not exist')
+
 if errors:
     print(f"{len(errors)} architecture rule violation(s):")
     for e in errors:
         print("  " + e)
     sys.exit(1)
 print(f"architecture rules hold: {len(modules)} modules, includes, public headers, CLI without MPI, "
-      f"file sizes, hot-path parameter counts")
+      f"file sizes, hot-path parameter counts, every module named in docs/architecture.md and README.md")

@@ -24,6 +24,9 @@ def make_tree(root, bad):
     write(root, "src/moe/ops/k.h", "#pragma once\nvoid k(const float* x, float* y, int n);\n")
     write(root, "include/moe/status.h", "#pragma once\n")
     write(root, "tools/moe/main.cc", "int main() { return 0; }\n")
+    write(root, "docs/architecture.md", "# A\n\n## Where things live\n\n| folder | what |\n|---|---|\n"
+                                        "| `core/` | basics |\n| `ops/` | kernels |\n\n## Next\n")
+    write(root, "README.md", "# R\n\n## Layout\n\n```\nsrc/moe/core/  basics\nsrc/moe/ops/   kernels\n```\n")
     if not bad:
         return
     write(root, "src/moe/core/up.cc", '#include "moe/ops/k.h"\n')                       # upward include
@@ -33,6 +36,10 @@ def make_tree(root, bad):
     write(root, "src/moe/core/long.cc", "int x;\n" * 700)
     write(root, "src/moe/cycle/CMakeLists.txt", "moe_module(cycle\n  SOURCES c.cc\n  DEPS cycle2)\n")
     write(root, "src/moe/cycle2/CMakeLists.txt", "moe_module(cycle2\n  SOURCES c.cc\n  DEPS cycle)\n")
+    # Docs that drifted: README's layout leaves ops/ out (named only outside it) and names a
+    # folder that is gone; the architecture table lacks the cycle modules.
+    write(root, "README.md", "# R\n\n## Layout\n\n```\nsrc/moe/core/  basics\nsrc/moe/gone/  removed\n```\n\n"
+                             "## Other\n\nsrc/moe/ops/ is mentioned here only.\n")
 
 
 def run(root):
@@ -59,6 +66,9 @@ with tempfile.TemporaryDirectory() as bad:
         "tools/moe/bench.cc: uses MPI directly (MPI_Barrier, MPI_COMM_WORLD)",
         "src/moe/core/long.cc: 701 lines",
         "module dependency cycle: cycle -> cycle2 -> cycle",
+        'README.md: "## Layout" does not name src/moe/ops/ (as "src/moe/ops/")',
+        'README.md: "## Layout" names "src/moe/gone/", but src/moe/gone/ does not exist',
+        'docs/architecture.md: "## Where things live" does not name src/moe/cycle/ (as "| `cycle/` |")',
     ]:
         if needle not in out:
             failures.append(f"not reported: {needle}")
