@@ -17,8 +17,11 @@
 #
 # Environment:
 #   MOE_FRESH_ROOT    where the root lives (default /var/tmp/moe-fresh-root)
-#   MOE_FRESH_CACHE   caches kept between roots (default /var/cache/moe-fresh-root):
-#                     apt/ (downloaded .deb files) and npm/ (npm's cache)
+#   MOE_FRESH_CACHE   where the caches shared with the root live: DIR/apt (downloaded .deb
+#                     files, seeded from the host's /var/cache/apt/archives at create) and
+#                     DIR/npm (npm's cache). Default: /var/cache/moe-fresh-root/apt, which
+#                     survives the host's apt cleaning it own archive (Debian's docker-clean),
+#                     and the host's own ~/.npm
 #   MOE_FRESH_MIRROR  the Debian mirror (default http://deb.debian.org/debian)
 #   MOE_FRESH_MMDEBSTRAP  the mmdebstrap command (default mmdebstrap)
 #
@@ -32,7 +35,13 @@
 set -euo pipefail
 
 ROOT=${MOE_FRESH_ROOT:-/var/tmp/moe-fresh-root}
-CACHE=${MOE_FRESH_CACHE:-/var/cache/moe-fresh-root}
+if [ -n "${MOE_FRESH_CACHE:-}" ]; then
+  APT_CACHE=$MOE_FRESH_CACHE/apt
+  NPM_CACHE=$MOE_FRESH_CACHE/npm
+else
+  APT_CACHE=/var/cache/moe-fresh-root/apt
+  NPM_CACHE=${HOME:-/root}/.npm
+fi
 MIRROR=${MOE_FRESH_MIRROR:-http://deb.debian.org/debian}
 MMDEBSTRAP=${MOE_FRESH_MMDEBSTRAP:-mmdebstrap}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,20 +98,25 @@ cmd_create() {
     echo "==> replacing the existing root $ROOT"
     cmd_remove > /dev/null
   fi
-  mkdir -p "$CACHE/apt" "$CACHE/npm" "$(dirname "$ROOT")"
+  mkdir -p "$APT_CACHE" "$NPM_CACHE" "$(dirname "$ROOT")"
+  # What the host has downloaded already (hard links where the file system allows).
+  local deb
+  for deb in /var/cache/apt/archives/*.deb; do
+    [ -f "$deb" ] && [ ! -e "$APT_CACHE/${deb##*/}" ] || continue
+    ln "$deb" "$APT_CACHE/" 2> /dev/null || cp "$deb" "$APT_CACHE/"
+  done
   echo "==> creating a minimal Debian 12 (bookworm) root in $ROOT (mmdebstrap, $MIRROR)"
-  # The .deb files come from and go back to $CACHE/apt (mmdebstrap's documented cache
+  # The .deb files come from and go back to $APT_CACHE (mmdebstrap's documented cache
   # hooks); the root's sources are the mirror's bookworm, bookworm-updates and security.
   local security=${MIRROR%/debian}/debian-security
   $MMDEBSTRAP --variant=minbase --mode=root --skip=download/empty \
     --aptopt='Acquire::Check-Valid-Until "false"' \
     --setup-hook='mkdir -p "$1"/var/cache/apt/archives/' \
-    --setup-hook="sync-in $CACHE/apt /var/cache/apt/archives/" \
-    --customize-hook="sync-out /var/cache/apt/archives $CACHE/apt" \
+    --setup-hook="sync-in $APT_CACHE /var/cache/apt/archives/" \
+    --customize-hook="sync-out /var/cache/apt/archives $APT_CACHE" \
     bookworm "$ROOT.partial" \
     "deb $MIRROR bookworm main" "deb $MIRROR bookworm-updates main" \
     "deb $security bookworm-security main"
-  rm -f "$CACHE"/apt/lock
   date -u +%Y-%m-%dT%H:%M:%SZ > "$ROOT.partial/etc/moe-fresh-root"
   mv "$ROOT.partial" "$ROOT"
   echo "==> root ready: $ROOT ($(du -sh --one-file-system "$ROOT" | cut -f1))"
@@ -154,7 +168,7 @@ cmd_run() {
     die "$ROOT.partial is half-built (an interrupted create): run '$0 create' again"
   fi
   [ -f "$ROOT/etc/moe-fresh-root" ] || die "no complete root at $ROOT: run '$0 create' first"
-  mkdir -p "$CACHE/apt" "$CACHE/npm"
+  mkdir -p "$APT_CACHE/partial" "$NPM_CACHE"
   local workdir=$PWD
   case "$workdir" in "$SRC" | "$SRC"/*) ;; *) workdir=$SRC ;; esac
   # Inside the new namespaces: mount, then chroot with a clean environment (the host's
@@ -169,7 +183,7 @@ cmd_run() {
   done
   [ -z "${NODE_EXTRA_CA_CERTS:-}" ] || pass+=(NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt)
   export PASS_ENV_LIST="${pass[*]}"
-  export ROOT CACHE SRC SHARED workdir
+  export ROOT APT_CACHE NPM_CACHE SRC SHARED workdir
   exec unshare --mount --propagation private --pid --fork --kill-child "${net[@]}" -- \
     /bin/bash -c '
       set -e
@@ -180,8 +194,8 @@ cmd_run() {
       mount -t tmpfs -o mode=1777 tmpfs "$ROOT/dev/shm"
       mkdir -p "$ROOT$SRC" "$ROOT/var/cache/apt/archives" "$ROOT/root/.npm"
       mount --bind "$SRC" "$ROOT$SRC"
-      mount --bind "$CACHE/apt" "$ROOT/var/cache/apt/archives"
-      mount --bind "$CACHE/npm" "$ROOT/root/.npm"
+      mount --bind "$APT_CACHE" "$ROOT/var/cache/apt/archives"
+      mount --bind "$NPM_CACHE" "$ROOT/root/.npm"
       if [ -d "$SHARED" ]; then  # the shared data next to the checkout, read-only
         mkdir -p "$ROOT$SHARED"
         mount --bind "$SHARED" "$ROOT$SHARED"
