@@ -24,6 +24,7 @@
 #include "moe/engine/logits_processor.h"
 #include "moe/engine/json_decoding.h"
 #include "moe/engine/request_validation.h"
+#include "moe/kv/block_manager.h"
 #include "moe/runtime/ep_session.h"
 #include "moe/transformer/paged_kv_cache.h"
 
@@ -41,7 +42,7 @@ struct Seq {
   int64_t prompt_len = 0;
   int64_t prefill_len = 0;  // prompt + resumed tokens (SeqRequest.resume_token_ids): prefilled, then decodes
   int64_t cached = 0;       // tokens whose K/V are in the cache
-  std::vector<int32_t> blocks;
+  bool done = false;        // finished: leaves the running batch after this step
   int dp_group = 0;  // DP-attention: the group whose attention replica holds its KV (set at admission)
   std::unique_ptr<RequestSampler> sampler;    // logit_bias, penalties, sampling, logprobs
   std::vector<TokenLogprob> logprobs;         // of the output tokens not sent yet (req.logprobs >= 0)
@@ -92,7 +93,9 @@ struct Scheduler::State {
   EngineCore* core = nullptr;  // the engine's decoder, tokenizer, config, stats, EP session
   SchedulerOptions options;
   std::unique_ptr<PagedKVCache> kv;
-  std::unique_ptr<BlockAllocator> allocator;
+  // One block manager per attention group (DP-attention: each group's pool is its own;
+  // one without DP). A sequence's block table lives in its group's manager.
+  std::vector<std::unique_ptr<KvBlockManager>> kvm;
   ConstraintVocabCache constraint_vocab;  // built at the first constrained request
 
   // Shared with submitting threads, under mu.
@@ -129,6 +132,8 @@ struct Scheduler::State {
   Status step();
   // DP-attention: the group with the fewest running sequences (the lowest on a tie).
   int least_loaded_dp_group() const;
+  // The block table of a running sequence (its group's manager).
+  const std::vector<int32_t>& table(const Seq& s) const { return kvm[static_cast<size_t>(s.dp_group)]->table(s.id); }
   void publish();
   // publish() with snap_mu held (a step's counters and its EP bytes change in one update,
   // so no scrape sees one without the other).
@@ -165,11 +170,14 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   st->options = o;
   PhaseTimer phases;  // start-up: the pool is zeroed (first touch) here, not at the first step
   st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, kv, o.kv_block_size, num_blocks);
-  st->allocator = std::make_unique<BlockAllocator>(num_blocks);
+  for (int g = 0; g < std::max(core.dp_groups, 1); ++g) {
+    st->kvm.push_back(std::make_unique<KvBlockManager>(
+        KvBlockManagerOptions{.num_blocks = num_blocks, .block_size = o.kv_block_size, .enable_prefix_caching = false}));
+  }
   phases.mark("KV pool");
   core.decoder->reserve(o.max_num_batched_tokens, o.max_num_seqs);  // forward_batch's workspaces
   phases.mark("workspaces");
-  st->snap.kv_blocks_total = num_blocks;
+  st->snap.kv_blocks_total = num_blocks * static_cast<int64_t>(st->kvm.size());
   st->snap.kv_block_size = o.kv_block_size;
   st->snap.moe_layers = core.load_stats->layer_ids();
   st->snap.expert_tokens.assign(st->snap.moe_layers.size(),
@@ -202,9 +210,9 @@ StatusOr<uint64_t> Scheduler::submit(SeqRequest req, SeqSink sink) {
   seq->submitted_at = now_seconds();
   const int64_t needed = seq->prompt_len + req.max_tokens;
   const int64_t blocks = blocks_for(needed, st.options.kv_block_size);
-  if (blocks > st.allocator->total_blocks()) {
+  if (blocks > st.kvm[0]->total_blocks()) {
     return invalid_argument("the request needs " + std::to_string(needed) + " tokens of KV cache, more than the " +
-                            std::to_string(st.allocator->total_blocks() * st.options.kv_block_size) +
+                            std::to_string(st.kvm[0]->total_blocks() * st.options.kv_block_size) +
                             " the server has in all: it can never fit");
   }
   seq->read_offset = seq->tokens.size();
@@ -417,8 +425,8 @@ void Scheduler::State::finish(Seq& s, const std::string& reason, const std::stri
   } else {
     emit(s, true, reason, cut);
   }
-  allocator->release(s.blocks);
-  s.blocks.clear();
+  kvm[static_cast<size_t>(s.dp_group)]->free(s.id);
+  s.done = true;
   std::lock_guard<std::mutex> lock(snap_mu);
   ++snap.requests_finished;
 }
@@ -438,7 +446,7 @@ Status Scheduler::State::step() {
   int64_t used = 0;
   for (auto& s : running) {  // decodes
     if (s->cached < s->prefill_len) continue;
-    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, s->blocks.data(), nullptr, nullptr, s->dp_group});
+    segs.push_back({s->tokens.data() + s->cached, 1, s->cached, table(*s).data(), nullptr, nullptr, s->dp_group});
     seg_seq.push_back(s.get());
     ++used;
   }
@@ -446,7 +454,7 @@ Status Scheduler::State::step() {
   for (auto& s : running) {  // prompt chunks
     if (s->cached >= s->prefill_len || used >= budget) continue;
     const int64_t n = std::min(s->prefill_len - s->cached, budget - used);
-    segs.push_back({s->tokens.data() + s->cached, n, s->cached, s->blocks.data(), nullptr, nullptr, s->dp_group});
+    segs.push_back({s->tokens.data() + s->cached, n, s->cached, table(*s).data(), nullptr, nullptr, s->dp_group});
     if (!s->prompt_logprobs_sent && s->cached < s->prompt_len) {  // every row's logits, for prompt_logprobs
       s->chunk_logits.resize(static_cast<size_t>(n * core->config->vocab_size));
       segs.back().all_logits = s->chunk_logits.data();
@@ -502,7 +510,7 @@ Status Scheduler::State::step() {
   for (auto& sp : running) {
     Seq& s = *sp;
     const int64_t out = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-    if (static_cast<int64_t>(s.tokens.size()) <= s.prefill_len || s.blocks.empty()) continue;  // prefilling; finished
+    if (static_cast<int64_t>(s.tokens.size()) <= s.prefill_len || s.done) continue;  // prefilling; finished
     const bool stop_token = is_stop_token(s.req, s.tokens.back());
     if (stop_token || (!s.req.ignore_eos && core->config->is_eos(s.tokens.back())) || (s.json && s.json->closed())) {
       finish(s, "stop", {}, stop_token ? s.text.size() : std::string::npos);
@@ -529,7 +537,7 @@ Status Scheduler::State::step() {
     }
     emit(s, false, "");
   }
-  std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s->blocks.empty(); });
+  std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s->done; });
   std::lock_guard<std::mutex> lock(snap_mu);
   ++snap.steps;
   if (snap.iteration_tokens.empty()) snap.iteration_tokens.assign(std::size(kIterationTokenBounds) + 1, 0);
@@ -561,7 +569,8 @@ void Scheduler::State::publish() {
 void Scheduler::State::publish_locked() {
   snap.running = static_cast<int>(running.size());
   snap.waiting = static_cast<int>(waiting.size());
-  snap.kv_blocks_used = allocator->total_blocks() - allocator->free_blocks();
+  snap.kv_blocks_used = 0;
+  for (const auto& m : kvm) snap.kv_blocks_used += m->used_blocks();
   const EpTimings& ep = core->decoder->ep_timings();
   snap.ep_comm_wait_seconds = ep.comm_wait_seconds;
   snap.ep_exchange_seconds = ep.exchange_seconds;
@@ -618,9 +627,14 @@ Status Scheduler::run() {
     // rather than being overtaken (no starvation of long requests).
     while (!st.waiting.empty() && static_cast<int>(st.running.size()) < st.options.max_num_seqs) {
       Seq& s = *st.waiting.front();
-      const int64_t need = blocks_for(s.prompt_len + s.req.max_tokens, st.options.kv_block_size);
-      if (!st.allocator->allocate(need, &s.blocks)) break;
-      s.dp_group = st.least_loaded_dp_group();
+      const int group = st.least_loaded_dp_group();
+      KvBlockManager& m = *st.kvm[static_cast<size_t>(group)];
+      m.begin(s.id, {}, 0, {}, /*lookup=*/false);
+      if (!m.ensure(s.id, s.prompt_len + s.req.max_tokens)) {
+        m.free(s.id);
+        break;
+      }
+      s.dp_group = group;
       s.scheduled_at = now_seconds();
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();

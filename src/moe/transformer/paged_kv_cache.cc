@@ -1,5 +1,6 @@
 #include "moe/transformer/paged_kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "moe/core/check.h"
@@ -17,26 +18,28 @@ PagedKVCache::PagedKVCache(int num_layers, const KvCacheShape& shape, int block_
                     static_cast<size_t>(block_size) * static_cast<size_t>(head_dim_)),
       v_layer_stride_(static_cast<size_t>(num_blocks) * static_cast<size_t>(num_kv_heads_) *
                       static_cast<size_t>(block_size) * static_cast<size_t>(v_head_dim_)),
-      k_(Tensor::zeros(dtype_, {static_cast<int64_t>(layer_stride_) * num_layers})),
-      v_(Tensor::zeros(dtype_, {static_cast<int64_t>(v_layer_stride_) * num_layers})) {
+      k_bytes_(layer_stride_ * static_cast<size_t>(num_layers) * dtype_size(dtype_)),
+      v_bytes_(v_layer_stride_ * static_cast<size_t>(num_layers) * dtype_size(dtype_)),
+      arena_(k_bytes_ + v_bytes_ + 128),
+      k_(arena_.allocate(k_bytes_)),
+      v_(arena_.allocate(v_bytes_)) {
   MOE_CHECK(dtype_ == DType::kF32 || dtype_ == DType::kBF16 || dtype_ == DType::kF16);
 }
 
 const float* PagedKVCache::k_layer(int layer) const {
   MOE_CHECK(dtype_ == DType::kF32);
-  return k_.data_as<const float>() + static_cast<size_t>(layer) * layer_stride_;
+  return reinterpret_cast<const float*>(k_) + static_cast<size_t>(layer) * layer_stride_;
 }
 
 const float* PagedKVCache::v_layer(int layer) const {
   MOE_CHECK(dtype_ == DType::kF32);
-  return v_.data_as<const float>() + static_cast<size_t>(layer) * v_layer_stride_;
+  return reinterpret_cast<const float*>(v_) + static_cast<size_t>(layer) * v_layer_stride_;
 }
 
 KvView PagedKVCache::layer(int layer) const {
   const size_t es = dtype_size(dtype_);
-  uint8_t* k = static_cast<uint8_t*>(k_.data()) + static_cast<size_t>(layer) * layer_stride_ * es;
-  uint8_t* v = v_layer_stride_ == 0 ? nullptr
-                                    : static_cast<uint8_t*>(v_.data()) + static_cast<size_t>(layer) * v_layer_stride_ * es;
+  uint8_t* k = k_ + static_cast<size_t>(layer) * layer_stride_ * es;
+  uint8_t* v = v_layer_stride_ == 0 ? nullptr : v_ + static_cast<size_t>(layer) * v_layer_stride_ * es;
   return {TensorView(k, dtype_, {num_blocks_, num_kv_heads_, block_size_, head_dim_}),
           TensorView(v, dtype_, {num_blocks_, num_kv_heads_, block_size_, v_head_dim_})};
 }
@@ -88,26 +91,6 @@ void PagedKVCache::write(int layer, const int32_t* block_table, int64_t start_po
       }
     }
   }
-}
-
-BlockAllocator::BlockAllocator(int64_t num_blocks) : total_(num_blocks) {
-  free_.reserve(static_cast<size_t>(num_blocks));
-  // Popped from the back: low ids first.
-  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
-}
-
-bool BlockAllocator::allocate(int64_t count, std::vector<int32_t>* out) {
-  if (count > free_blocks()) return false;
-  for (int64_t i = 0; i < count; ++i) {
-    out->push_back(free_.back());
-    free_.pop_back();
-  }
-  return true;
-}
-
-void BlockAllocator::release(const std::vector<int32_t>& blocks) {
-  for (int32_t b : blocks) free_.push_back(b);
-  MOE_CHECK(free_blocks() <= total_);
 }
 
 }  // namespace moe

@@ -6,14 +6,15 @@
 // shape's dtype (f32, or bf16 / f16 with --kv-dtype: rounded to nearest when written).
 // Multi-head latent attention keeps one row per position (the latent cache): num_kv_heads
 // 1, head_dim kv_lora_rank + qk_rope_head_dim, v_head_dim 0 (no V pool).
-// BlockAllocator hands out block ids; neither class is thread-safe (the scheduler's
-// thread owns both).
+// Which block holds what is kv/block_manager.h's (KvBlockManager). Not thread-safe (the
+// scheduler's thread owns it).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "moe/core/huge_page_arena.h"
 #include "moe/ops/attention.h"
 #include "moe/tensor/tensor.h"
 #include "moe/transformer/kv_cache.h"
@@ -29,7 +30,10 @@ class PagedKVCache {
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
   DType dtype() const { return dtype_; }
-  size_t bytes() const { return k_.bytes() + v_.bytes(); }
+  // Bytes reserved for the pool (K and V, all layers). The pool is anonymous memory that
+  // is touched as blocks are first written, not at construction: a pool sized for a
+  // memory budget costs nothing until it is used.
+  size_t bytes() const { return k_bytes_ + v_bytes_; }
   // Start of layer `layer`'s K (V) pool as f32 (MOE_CHECK: an f32 cache; MLA's latent
   // rows): block b, KV head h, offset o at ((b * num_kv_heads + h) * block_size + o) * head_dim.
   const float* k_layer(int layer) const;
@@ -49,22 +53,10 @@ class PagedKVCache {
   int64_t num_blocks_;
   DType dtype_;
   size_t layer_stride_, v_layer_stride_;  // elements
-  Tensor k_, v_;  // [num_layers * layer_stride] of dtype_, zeroed
-};
-
-// Free list of block ids [0, num_blocks).
-class BlockAllocator {
- public:
-  explicit BlockAllocator(int64_t num_blocks);
-  // Appends `count` free ids to `out`; false (and nothing taken) if fewer are free.
-  bool allocate(int64_t count, std::vector<int32_t>* out);
-  void release(const std::vector<int32_t>& blocks);
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
-  int64_t total_blocks() const { return total_; }
-
- private:
-  int64_t total_;
-  std::vector<int32_t> free_;
+  size_t k_bytes_, v_bytes_;
+  HugePageArena arena_;  // the pool's memory, one chunk (zero pages until first written)
+  uint8_t* k_;  // [num_layers * layer_stride] of dtype_
+  uint8_t* v_;  // [num_layers * v_layer_stride] of dtype_ (none for MLA)
 };
 
 }  // namespace moe
