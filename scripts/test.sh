@@ -30,7 +30,8 @@ BUILD=build
 FLAGS=(-DCMAKE_BUILD_TYPE=Release)
 LABELS=()
 TSAN_TESTS=(scheduler_test scheduler_faults_test http_server_test http_hardening_test http_choices_test
-            http_faults_test rate_limiter_test serve_loop_test inproc_communicator_test faulty_communicator_test)
+            http_faults_test rate_limiter_test serve_loop_test inproc_communicator_test faulty_communicator_test
+            disk_tier_test)
 if [ "${1:-}" = "--tsan" ]; then
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     -DMOE_TSAN=ON -DMOE_BUILD_BENCH=OFF -DMOE_BUILD_E2E_TESTS=OFF > /dev/null
