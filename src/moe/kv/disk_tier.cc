@@ -36,6 +36,8 @@ constexpr size_t kHeaderChecksumAt = 88;
 constexpr const char* kSuffix = ".kvb";
 constexpr const char* kTempSuffix = ".kvb.tmp";
 constexpr int32_t kMaxDTypeCode = static_cast<int32_t>(DType::kI8);
+// Payload buffers kept for reuse, so put() copies into memory already faulted in.
+constexpr size_t kMaxSpareBuffers = 8;
 
 struct HashOf {
   size_t operator()(const KvBlockHash& h) const { return static_cast<size_t>(h.low ^ (h.high * 0x9E3779B97F4A7C15ull)); }
@@ -258,6 +260,7 @@ struct KvDiskTier::State {
   bool in_flight = false;
   bool stop = false;
   bool failing = false;  // the last write failed (log only the first of a run)
+  std::vector<std::vector<uint8_t>> spare;  // payload buffers of written jobs
   std::unordered_map<KvBlockHash, Entry, HashOf> index;
   std::list<KvBlockHash> lru;  // front: least recently used
   uint64_t next_generation = 1;
@@ -317,7 +320,7 @@ struct KvDiskTier::State {
     Status st = file.value()->append(header, kHeaderBytes);
     if (st.ok()) st = file.value()->append(job.tokens.data(), job.tokens.size() * sizeof(int32_t));
     if (st.ok()) st = file.value()->append(job.bytes.data(), job.bytes.size());
-    if (st.ok()) st = file.value()->sync();
+    if (st.ok() && options.sync) st = file.value()->sync();
     if (st.ok()) st = file.value()->close();
     file.value().reset();
     if (st.ok()) st = env->rename_file(temp_path, final_path);
@@ -325,7 +328,7 @@ struct KvDiskTier::State {
       (void)env->remove_file(temp_path);
       return st;
     }
-    (void)env->sync_dir(options.dir);  // best effort: the block is a cache
+    if (options.sync) (void)env->sync_dir(options.dir);  // best effort: the block is a cache
     return ok_status();
   }
 
@@ -345,6 +348,9 @@ struct KvDiskTier::State {
       bool log_failure = false;
       lock.lock();
       queued.erase(job.hash);
+      if (spare.size() < std::min<size_t>(kMaxSpareBuffers, static_cast<size_t>(options.max_queued_blocks))) {
+        spare.push_back(std::move(job.bytes));
+      }
       if (st.ok()) {
         failing = false;
         if (index.find(job.hash) == index.end()) insert(job.hash, file_bytes);
@@ -444,6 +450,7 @@ void KvDiskTier::put(const KvBlockHash& hash, std::span<const int32_t> tokens, s
   State& s = *state_;
   MOE_CHECK(tokens.size() == static_cast<size_t>(s.layout.block_size));
   MOE_CHECK(bytes.size() == s.layout.block_bytes());
+  std::vector<uint8_t> buffer;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (auto it = s.index.find(hash); it != s.index.end()) {
@@ -456,8 +463,13 @@ void KvDiskTier::put(const KvBlockHash& hash, std::span<const int32_t> tokens, s
       return;
     }
     s.queued.insert(hash);  // reserved: the copy below is made outside the lock
+    if (!s.spare.empty()) {
+      buffer = std::move(s.spare.back());
+      s.spare.pop_back();
+    }
   }
-  State::Job job{hash, std::vector<int32_t>(tokens.begin(), tokens.end()), std::vector<uint8_t>(bytes.begin(), bytes.end())};
+  buffer.assign(bytes.begin(), bytes.end());
+  State::Job job{hash, std::vector<int32_t>(tokens.begin(), tokens.end()), std::move(buffer)};
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.queue.push_back(std::move(job));

@@ -8,7 +8,8 @@
 // deleted (recency: the order of puts and hits in this process; after a restart, the
 // files' modification times). Writes go through the injectable StoreEnv (temp file
 // DIR/<hash hex>.kvb.tmp, append, fsync, rename, fsync of the directory: readers see a
-// whole file or none); reads and stat(2) are plain POSIX.
+// whole file or none; the fsyncs are optional, KvDiskTierOptions::sync, since every read
+// is verified); reads and stat(2) are plain POSIX.
 //
 // File format (version 1), every integer little-endian:
 //   offset  size  field
@@ -66,6 +67,10 @@ struct KvDiskTierOptions {
   uint64_t max_bytes = 0;            // bound on the block files' total size
   StoreEnv* env = nullptr;           // nullptr: default_store_env(); must outlive the tier
   int64_t max_queued_blocks = 64;    // puts waiting for the writer; more are dropped (> 0)
+  // fsync each file and the directory before and after its rename. false: a crash may
+  // leave a torn or empty file under a block's name, which get() rejects (and deletes)
+  // like any corrupt file; writes no longer wait for the disk.
+  bool sync = true;
 };
 
 // Running totals since open(), plus the current size. Bytes are whole files for writes,
