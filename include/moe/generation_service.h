@@ -49,6 +49,10 @@ struct SeqRequest {
   // they could not have been generated: an EOS among them (unless ignore_eos) or their
   // text completing a stop string (either would have ended the request).
   std::vector<int> resume_token_ids{};
+  // Prefix caching (vLLM's cache_salt): requests share cached prefix KV only when their
+  // salts are equal, so a tenant's prompts cannot be probed by another's timing. The
+  // server derives part of it from the API key (docs/serving.md, "Prefix caching").
+  std::string cache_salt{};
 };
 
 // One step's news for one request. Events of a request arrive in order, the last one
@@ -68,6 +72,9 @@ struct SeqEvent {
   std::string error;
   int prompt_tokens = 0;        // always set
   int completion_tokens = 0;    // tokens generated so far
+  // Prompt tokens whose KV came from the prefix cache, not computed (OpenAI's
+  // usage.prompt_tokens_details.cached_tokens); set in every event.
+  int cached_tokens = 0;
   // When finished, the request's engine timings in seconds (vLLM's per-request metrics;
   // 0 for a phase it never reached): queued (submit -> admitted to the running batch),
   // prefill (admitted -> first token generated), decode (first -> last token generated).
@@ -101,9 +108,24 @@ struct ServiceSnapshot {
   // bound (not cumulative; empty = no step yet); and the tokens of all steps.
   std::vector<int64_t> iteration_tokens{};
   int64_t iteration_tokens_sum = 0;
-  // Sequences preempted (vLLM's num_preemptions): always 0 here, since the Scheduler
-  // reserves a request's whole KV (prompt + max_tokens) at admission and never preempts.
+  // Sequences preempted (vLLM's num_preemptions): a running sequence gives its KV blocks
+  // back when a decode finds none free, and is recomputed later (its cached prefix blocks
+  // stay cached).
   int64_t preemptions = 0;
+  // Automatic prefix caching (vLLM's prefix_cache_queries / _hits): prompt tokens looked
+  // up at admission, and those found cached (in memory or on the disk tier).
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
+  // The disk tier of cached KV blocks (--kv-offload-dir; all 0 without it): blocks
+  // loaded back and their bytes, blocks written and their bytes, block files refused
+  // (corrupt, truncated, another model or layout) and writes that failed (full disk) or
+  // were dropped (the writer's queue was full).
+  int64_t kv_disk_hits = 0;
+  int64_t kv_disk_hit_bytes = 0;
+  int64_t kv_disk_writes = 0;
+  int64_t kv_disk_write_bytes = 0;
+  int64_t kv_disk_rejects = 0;
+  int64_t kv_disk_write_failures = 0;
   // Routed tokens (assignments after the capacity policy) per MoE layer and expert
   // since start-up, global over the EP group: expert_tokens[i][e] for layer moe_layers[i].
   std::vector<int> moe_layers;
@@ -198,6 +220,10 @@ class GenerationService {
   // The bytes token `id` stands for in text (may be a partial UTF-8 character), e.g.
   // for logprobs' "token" strings; empty for special tokens and out-of-range ids.
   virtual std::string token_bytes(int id) const { (void)id; return {}; }
+  // Forgets every cached prefix in memory (vLLM's POST /reset_prefix_cache): later
+  // requests recompute their prompts until the cache refills. Thread-safe; takes effect
+  // before the next step. Default (a service without a cache): Unimplemented.
+  virtual Status reset_prefix_cache() { return unimplemented("this service has no prefix cache"); }
 };
 
 }  // namespace moe

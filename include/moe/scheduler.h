@@ -2,8 +2,13 @@
 // requests join and leave the running batch at step boundaries; each step runs one
 // forward pass over the decode tokens of every running sequence plus prompt chunks
 // (chunked prefill) up to a token budget. The KV cache is a pool of fixed-size blocks
-// (src/moe/transformer/paged_kv_cache.h); a request is admitted only when blocks for its
-// prompt + max_tokens are free (so it never has to be preempted), otherwise it waits.
+// (src/moe/transformer/paged_kv_cache.h) whose bookkeeping is src/moe/kv/block_manager.h:
+// a request is admitted when blocks for its prompt are free (first come, first served),
+// and its blocks grow as it decodes. When a decode finds no free block, the newest
+// running sequence is preempted (vLLM V1's recompute): its blocks go back, its full ones
+// stay in the prefix cache, and it resumes first, prefilling what it had, with no token
+// of its stream repeated or lost. Automatic prefix caching (on by default) starts a
+// prompt's prefill after its longest cached prefix.
 //
 // Threads: submit()/cancel()/snapshot() from any thread; run() on one thread, which
 // owns the Engine for the scheduler's lifetime. Under expert parallelism the scheduler
@@ -23,7 +28,35 @@ struct SchedulerOptions {
   int max_num_seqs = 32;              // sequences in the running batch at most
   int max_num_batched_tokens = 512;   // tokens per step at most (decodes + prompt chunks)
   int kv_block_size = 16;             // tokens per KV-cache block
-  int64_t kv_cache_tokens = 0;        // pool size in tokens; 0 = max_num_seqs * context
+  // Pool size in tokens; 0 = from kv_cache_memory_bytes, else sized by memory: at most
+  // max_num_seqs * context, within memory_utilization of the memory this process may use
+  // (core/memory_limit.h: MemTotal or the cgroup limit) less the weights.
+  int64_t kv_cache_tokens = 0;
+  // Pool size in bytes (vLLM's --kv-cache-memory-bytes); 0 = by kv_cache_tokens or memory.
+  uint64_t kv_cache_memory_bytes = 0;
+  // Fraction of the process's memory limit that the weights and the pool may use
+  // together, in (0, 1]. A pool (given or derived) that does not fit beside the weights
+  // is refused by create(), naming the numbers, rather than OOM-killed later.
+  double memory_utilization = 0.9;
+  // Automatic prefix caching (vLLM's --enable-prefix-caching, on by default).
+  bool enable_prefix_caching = true;
+  // Reserve prompt + max_tokens at admission instead of growing on demand: no request is
+  // ever preempted, at the cost of holding the worst case (the former policy; a
+  // baseline for benchmarks).
+  bool reserve_max_tokens = false;
+  // The disk tier of cached prefix blocks (vLLM-style "KV offload"): with a directory,
+  // every full block that enters the prefix cache is also written (in the background) to
+  // DIR/<block key>.kvb, bounded by kv_offload_bytes (least recently used files go
+  // first), and a prefix missing from memory is looked up there; the files survive a
+  // restart. Block files that fail verification (corrupt, truncated, another model or
+  // KV layout) are never used: they are counted, and the KV recomputed. Needs prefix
+  // caching; refused under TP and DP-attention (a block's KV is split over ranks there).
+  // An unwritable directory logs a warning and serves without the tier.
+  std::string kv_offload_dir{};
+  uint64_t kv_offload_bytes = uint64_t{4} << 30;
+  // Tests: keeps only this many low bits of each prefix block key (0 = all 128), so keys
+  // collide and the token-id check must catch it. In [0, 64].
+  int prefix_hash_bits_for_test = 0;
   // Under EP, while idle rank 0 tells the workers so this often (seconds), since they
   // wait for the next step with the communicator's timeout; must be well below it.
   double idle_heartbeat_seconds = 5.0;
@@ -60,6 +93,7 @@ class Scheduler final : public GenerationService {
   StatusOr<std::vector<int>> tokenize(const std::string& text, bool add_special_tokens) const override;
   StatusOr<std::string> detokenize(const std::vector<int>& ids) const override;
   std::string token_bytes(int id) const override;
+  Status reset_prefix_cache() override;
 
   struct State;  // implementation detail (scheduler.cc)
 

@@ -5,6 +5,9 @@
 // also encodes with the const tokenizer from other threads).
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "moe/engine.h"
 #include "moe/model/config.h"
 #include "moe/model/tokenizer.h"
@@ -30,6 +33,14 @@ struct EngineCore {
   // DP-attention: the number of attention groups the scheduler assigns sequences to
   // (Decoder::BatchSegment::dp_group); 1 without it.
   int dp_groups = 1;
+  // Everything besides the tokens that decides a prefix's KV: the model's fingerprint and
+  // the options that change the numbers (KV dtype, weight format, kernels, precision,
+  // routing policy, TP size). The prefix cache's keys derive from it, so a cache (or a
+  // disk tier) never serves KV computed another way.
+  std::string kv_cache_key;
+  int world_ranks = 1;  // ranks of the engine's world (EP x TP); 1 in one process
+  int tp_size = 1;      // tensor parallelism: the KV heads are split over this many ranks
+  uint64_t model_fingerprint = 0;
 };
 
 }  // namespace moe

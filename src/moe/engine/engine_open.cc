@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <omp.h>
 #include <sys/stat.h>
@@ -50,6 +51,24 @@
 namespace moe {
 
 namespace {
+
+// EngineCore::kv_cache_key: the fingerprint and every option that changes the numbers a
+// prefix's KV holds (one line; the prefix cache hashes it into every key).
+std::string kv_cache_key(uint64_t fingerprint, const EngineOptions& o) {
+  char fp[17];
+  std::snprintf(fp, sizeof(fp), "%016llx", static_cast<unsigned long long>(fingerprint));
+  std::string key = std::string("model=") + fp + " kv_dtype=" + o.kv_dtype + " weights=" + o.weights +
+                    " fp8=" + (o.fp8_mode == Fp8Mode::kNative ? "native" : "dequant") +
+                    " kernels=" + o.kernels + " batch_invariant=" + (o.batch_invariant ? "1" : "0") +
+                    " matmul_precision=" + o.matmul_precision + " mla=" + o.mla_attention +
+                    " tp=" + std::to_string(o.tp_size) + " overflow=" + resolved_overflow_policy(o) +
+                    " capacity=" + std::to_string(resolved_capacity_factor(o)) +
+                    " adaptive_k=" + (o.adaptive_k ? "1" : "0") + " min_k=" + std::to_string(o.min_k) +
+                    " max_k=" + std::to_string(o.max_k) +
+                    " max_nodes_per_token=" + std::to_string(o.max_nodes_per_token);
+  if (o.adaptive_k_target) key += " adaptive_k_target=" + std::to_string(*o.adaptive_k_target);
+  return key;
+}
 
 bool is_directory(const std::string& path) {
   struct stat st {};
@@ -558,6 +577,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const EngineOptions& options) {
                           .failover = impl->failover.get(),
                           .kv_dtype = impl->kv_dtype,
                           .dp_groups = impl->decoder->dp_groups()};
+  impl->core.model_fingerprint = model_fingerprint(*impl->source, impl->weights);
+  impl->core.kv_cache_key = kv_cache_key(impl->core.model_fingerprint, options);
+  impl->core.world_ranks = impl->comm != nullptr ? impl->comm->size() : 1;
+  impl->core.tp_size = impl->groups.tp_size;
   phases.mark("other");
   MOE_LOG_INFO("start-up: {}", phases.summary());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));

@@ -62,6 +62,25 @@ Status validate_scheduler_options(const SchedulerOptions& o) {
   if (o.kv_cache_tokens < 0) {
     return invalid_argument("kv_cache_tokens must be >= 0 (got " + std::to_string(o.kv_cache_tokens) + ")");
   }
+  if (o.kv_cache_tokens > 0 && o.kv_cache_memory_bytes > 0) {
+    return invalid_argument("kv_cache_tokens and kv_cache_memory_bytes both size the KV cache: give one");
+  }
+  if (!(o.memory_utilization > 0 && o.memory_utilization <= 1)) {
+    return invalid_argument("memory_utilization must be in (0, 1] (got " + std::to_string(o.memory_utilization) + ")");
+  }
+  if (o.prefix_hash_bits_for_test < 0 || o.prefix_hash_bits_for_test > 64) {
+    return invalid_argument("prefix_hash_bits_for_test must be in [0, 64] (got " +
+                            std::to_string(o.prefix_hash_bits_for_test) + ")");
+  }
+  if (!o.kv_offload_dir.empty() && !o.enable_prefix_caching) {
+    return invalid_argument("kv_offload_dir needs prefix caching: the disk tier holds cached prefix blocks");
+  }
+  if (!o.kv_offload_dir.empty() && o.kv_offload_bytes == 0) return invalid_argument("kv_offload_bytes must be > 0");
+  if (o.reserve_max_tokens && o.enable_prefix_caching) {
+    // Reservation holds each request's worst case; with shared prefix blocks that would
+    // count blocks twice. It is a baseline for on-demand allocation, measured without.
+    return invalid_argument("reserve_max_tokens needs enable_prefix_caching off");
+  }
   return ok_status();
 }
 

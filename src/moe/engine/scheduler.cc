@@ -18,21 +18,22 @@
 
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
+#include "moe/core/memory_limit.h"
 #include "moe/core/phase_timer.h"
+#include "moe/core/text_format.h"
 #include "moe/engine/detokenizer.h"
 #include "moe/engine/engine_core.h"
 #include "moe/engine/logits_processor.h"
 #include "moe/engine/json_decoding.h"
 #include "moe/engine/request_validation.h"
 #include "moe/kv/block_manager.h"
+#include "moe/kv/disk_tier.h"
 #include "moe/runtime/ep_session.h"
 #include "moe/transformer/paged_kv_cache.h"
 
 namespace moe {
 namespace {
 
-// Default pool when kv_cache_tokens = 0: max_num_seqs * context, capped at this size.
-constexpr size_t kDefaultPoolMaxBytes = size_t{2} << 30;
 
 struct Seq {
   uint64_t id = 0;
@@ -43,6 +44,9 @@ struct Seq {
   int64_t prefill_len = 0;  // prompt + resumed tokens (SeqRequest.resume_token_ids): prefilled, then decodes
   int64_t cached = 0;       // tokens whose K/V are in the cache
   bool done = false;        // finished: leaves the running batch after this step
+  bool preempt = false;     // gives its blocks back this step, then waits (recompute)
+  int64_t admitted = 0;     // admission order (the newest running sequence is preempted first)
+  int cached_prompt = 0;    // prompt tokens served from the prefix cache at first admission
   int dp_group = 0;  // DP-attention: the group whose attention replica holds its KV (set at admission)
   std::unique_ptr<RequestSampler> sampler;    // logit_bias, penalties, sampling, logprobs
   std::vector<TokenLogprob> logprobs;         // of the output tokens not sent yet (req.logprobs >= 0)
@@ -83,6 +87,16 @@ size_t iteration_bucket(int64_t tokens) {
 
 int64_t blocks_for(int64_t tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
+// SchedulerOptions::prefix_hash_bits_for_test: XXH3-128 cut to its low `bits` bits.
+std::function<KvBlockHash(const KvBlockHash&, std::span<const int32_t>)> truncated_hash(int bits) {
+  if (bits <= 0) return nullptr;
+  const uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+  return [mask](const KvBlockHash& parent, std::span<const int32_t> tokens) {
+    KvBlockHash h = kv_block_hash(parent, tokens);
+    return KvBlockHash{0, h.low & mask};
+  };
+}
+
 bool is_stop_token(const SeqRequest& req, int token) {
   return std::find(req.stop_token_ids.begin(), req.stop_token_ids.end(), token) != req.stop_token_ids.end();
 }
@@ -96,6 +110,11 @@ struct Scheduler::State {
   // One block manager per attention group (DP-attention: each group's pool is its own;
   // one without DP). A sequence's block table lives in its group's manager.
   std::vector<std::unique_ptr<KvBlockManager>> kvm;
+  std::unique_ptr<KvDiskTier> disk;  // --kv-offload-dir (else null)
+  std::vector<uint8_t> block_buf;    // one block's bytes, for the disk tier
+  int64_t admissions = 0;
+  int64_t preemptions = 0;
+  std::atomic<bool> reset_requested{false};  // POST /reset_prefix_cache, applied between steps
   ConstraintVocabCache constraint_vocab;  // built at the first constrained request
 
   // Shared with submitting threads, under mu.
@@ -134,6 +153,20 @@ struct Scheduler::State {
   int least_loaded_dp_group() const;
   // The block table of a running sequence (its group's manager).
   const std::vector<int32_t>& table(const Seq& s) const { return kvm[static_cast<size_t>(s.dp_group)]->table(s.id); }
+  KvBlockManager& manager(const Seq& s) { return *kvm[static_cast<size_t>(s.dp_group)]; }
+  // The root of a sequence's prefix keys: what computes its KV (the engine's key), the
+  // attention group whose pool holds it, and its salt.
+  KvBlockHash prefix_root(const Seq& s, int group) const {
+    return kv_root_hash(core->kv_cache_key + "\ngroup=" + std::to_string(group) + "\nsalt=" + s.req.cache_salt);
+  }
+  // Admits the head of `waiting` if its blocks are free; false (it stays) if not.
+  bool admit(Seq& s);
+  // Takes blocks for this step's decodes; preempts the newest running sequences of a
+  // group while one of its decodes finds none free.
+  void grow_or_preempt();
+  void preempt(Seq& s);
+  // Opens the disk tier and hooks it to the block manager (a failure: a warning, no tier).
+  void open_disk_tier(const KvCacheShape& shape);
   void publish();
   // publish() with snap_mu held (a step's counters and its EP bytes change in one update,
   // so no scrape sees one without the other).
@@ -155,26 +188,61 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   const ModelConfig& c = *core.config;
   const KvCacheShape kv = kv_cache_shape(c, core.kv_dtype);
   const size_t bytes_per_token = static_cast<size_t>(c.num_hidden_layers) * kv.bytes_per_token_per_layer();
+  // The memory the weights and the pool may use together; under EP or TP the weights are
+  // split over the ranks (an estimate: weights / world size).
+  const MemoryLimit limit = memory_limit();
+  const int world = std::max(1, core.world_ranks);
+  const double weights = static_cast<double>(core.info->weight_bytes) / world;
+  const double room = o.memory_utilization * static_cast<double>(limit.bytes) - weights;
+  auto gb = [](double b) { return format_fixed(b / 1e9, 2) + " GB"; };
   int64_t tokens = o.kv_cache_tokens;
-  if (tokens == 0) {
+  if (o.kv_cache_memory_bytes > 0) tokens = static_cast<int64_t>(o.kv_cache_memory_bytes / bytes_per_token);
+  const bool derived = tokens == 0;
+  if (derived) {
     tokens = static_cast<int64_t>(o.max_num_seqs) * c.max_position_embeddings;
-    tokens = std::min<int64_t>(tokens, static_cast<int64_t>(kDefaultPoolMaxBytes / bytes_per_token));
+    if (limit.bytes > 0) tokens = std::min<int64_t>(tokens, static_cast<int64_t>(std::max(0.0, room) / bytes_per_token));
   }
   const int64_t num_blocks = tokens / o.kv_block_size;
   if (num_blocks < 1) {
+    if (derived) {
+      return failed_precondition("no room for a KV cache: the weights (" + gb(weights) + ") leave " + gb(room) + " of " +
+                                gb(o.memory_utilization * static_cast<double>(limit.bytes)) + " (memory_utilization " +
+                                std::to_string(o.memory_utilization) + " of " + gb(static_cast<double>(limit.bytes)) +
+                                ", " + limit.source + "), less than one block of " +
+                                std::to_string(o.kv_block_size) + " tokens (" + gb(o.kv_block_size * bytes_per_token) +
+                                ")");
+    }
     return invalid_argument("kv_cache_tokens (" + std::to_string(tokens) + ") is smaller than one block of " +
                             std::to_string(o.kv_block_size) + " tokens");
+  }
+  const double pool_bytes = static_cast<double>(num_blocks) * o.kv_block_size * bytes_per_token;
+  if (limit.bytes > 0 && pool_bytes > room) {
+    return failed_precondition("the KV cache (" + std::to_string(num_blocks * o.kv_block_size) + " tokens, " +
+                              gb(pool_bytes) + ") and the weights (" + gb(weights) + ") need " +
+                              gb(pool_bytes + weights) + ", more than the " +
+                              gb(o.memory_utilization * static_cast<double>(limit.bytes)) +
+                              " this process may use (memory_utilization " + std::to_string(o.memory_utilization) +
+                              " of " + gb(static_cast<double>(limit.bytes)) + ", " + limit.source +
+                              "): give a smaller kv_cache_tokens or kv_cache_memory_bytes");
   }
   auto st = std::make_unique<State>();
   st->core = &core;
   st->options = o;
-  PhaseTimer phases;  // start-up: the pool is zeroed (first touch) here, not at the first step
+  if (!o.kv_offload_dir.empty() && (core.tp_size > 1 || core.dp_groups > 1)) {
+    return invalid_argument("kv_offload_dir is not supported with tensor parallelism or DP-attention: a block's KV is "
+                            "split over ranks there");
+  }
+  PhaseTimer phases;
   st->kv = std::make_unique<PagedKVCache>(c.num_hidden_layers, kv, o.kv_block_size, num_blocks);
   for (int g = 0; g < std::max(core.dp_groups, 1); ++g) {
     st->kvm.push_back(std::make_unique<KvBlockManager>(
-        KvBlockManagerOptions{.num_blocks = num_blocks, .block_size = o.kv_block_size, .enable_prefix_caching = false}));
+        KvBlockManagerOptions{.num_blocks = num_blocks,
+                              .block_size = o.kv_block_size,
+                              .enable_prefix_caching = o.enable_prefix_caching,
+                              .hash_for_test = truncated_hash(o.prefix_hash_bits_for_test)}));
   }
   phases.mark("KV pool");
+  if (!o.kv_offload_dir.empty()) st->open_disk_tier(kv);
   core.decoder->reserve(o.max_num_batched_tokens, o.max_num_seqs);  // forward_batch's workspaces
   phases.mark("workspaces");
   st->snap.kv_blocks_total = num_blocks * static_cast<int64_t>(st->kvm.size());
@@ -182,9 +250,11 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   st->snap.moe_layers = core.load_stats->layer_ids();
   st->snap.expert_tokens.assign(st->snap.moe_layers.size(),
                                 std::vector<int64_t>(static_cast<size_t>(c.router.num_experts), 0));
-  MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB, {}), up to {} sequences, {} tokens per step",
+  MOE_LOG_INFO("scheduler: KV cache {} blocks x {} tokens ({:.1f} MB, {}; touched as used), up to {} sequences, {} "
+               "tokens per step, prefix caching {}, {}",
                num_blocks, o.kv_block_size, st->kv->bytes() / 1e6, kv_dtype_name(kv.dtype), o.max_num_seqs,
-               o.max_num_batched_tokens);
+               o.max_num_batched_tokens, o.enable_prefix_caching ? "on" : "off",
+               o.reserve_max_tokens ? "prompt + max_tokens reserved at admission" : "blocks on demand");
   MOE_LOG_INFO("start-up: {} (allocation and first touch)", phases.summary());
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(st)));
 }
@@ -322,6 +392,12 @@ StatusOr<std::string> Scheduler::detokenize(const std::vector<int>& ids) const {
 
 std::string Scheduler::token_bytes(int id) const { return state_->core->tokenizer->token_bytes(id); }
 
+Status Scheduler::reset_prefix_cache() {
+  state_->reset_requested = true;
+  state_->cv.notify_one();
+  return ok_status();
+}
+
 // Appends the text of newly generated tokens to s.text. While a character is still
 // incomplete (the decode ends in U+FFFD from a partial byte-fallback sequence) the
 // tokens wait, unless `flush` (the sequence ends).
@@ -405,6 +481,7 @@ void Scheduler::State::emit(Seq& s, bool finished, const std::string& reason, si
   ev.finish_reason = reason;
   ev.prompt_tokens = static_cast<int>(s.prompt_len);
   ev.completion_tokens = static_cast<int>(out);
+  ev.cached_tokens = s.cached_prompt;
   if (finished) set_timings(s, ev);
   if (!finished && ev.text.empty() && ev.token_ids.empty()) return;
   ev.logprobs = std::exchange(s.logprobs, {});
@@ -420,12 +497,13 @@ void Scheduler::State::finish(Seq& s, const std::string& reason, const std::stri
     ev.error = error;
     ev.prompt_tokens = static_cast<int>(s.prompt_len);
     ev.completion_tokens = static_cast<int>(s.tokens.size()) - static_cast<int>(s.prompt_len);
+    ev.cached_tokens = s.cached_prompt;
     set_timings(s, ev);
     s.sink(std::move(ev));
   } else {
     emit(s, true, reason, cut);
   }
-  kvm[static_cast<size_t>(s.dp_group)]->free(s.id);
+  manager(s).free(s.id);
   s.done = true;
   std::lock_guard<std::mutex> lock(snap_mu);
   ++snap.requests_finished;
@@ -440,6 +518,8 @@ int Scheduler::State::least_loaded_dp_group() const {
 // One engine step: every running sequence past its prompt decodes one token, then
 // prompt chunks (admission order) fill the rest of the token budget.
 Status Scheduler::State::step() {
+  if (!options.reserve_max_tokens) grow_or_preempt();
+  if (running.empty()) return ok_status();  // every sequence was preempted: admission runs next
   const int64_t budget = options.max_num_batched_tokens;
   std::vector<Decoder::BatchSegment> segs;
   std::vector<Seq*> seg_seq;
@@ -484,6 +564,7 @@ Status Scheduler::State::step() {
       if (s.cached + segs[i].n >= s.prompt_len) s.chunk_logits = {};  // prompt done: free the rows
     }
     s.cached += segs[i].n;
+    manager(s).commit(s.id, s.tokens, s.cached);  // full blocks join the prefix cache
     if (segs[i].logits == nullptr) continue;
     if (s.first_token_at == 0) s.first_token_at = sampled_at;
     s.last_token_at = sampled_at;
@@ -549,6 +630,101 @@ Status Scheduler::State::step() {
   return ok_status();
 }
 
+bool Scheduler::State::admit(Seq& s) {
+  const int group = least_loaded_dp_group();
+  KvBlockManager& m = *kvm[static_cast<size_t>(group)];
+  const bool first = s.scheduled_at == 0;
+  // Prompt logprobs need every prompt row's logits: such a request reads no cached
+  // prefix (its blocks are still cached for others), as vLLM does.
+  const bool lookup = s.prompt_logprobs_sent;
+  const std::span<const int32_t> tokens(s.tokens.data(), s.tokens.size());
+  // At least the last token is computed: its logits give the next token.
+  const int64_t hit = m.begin(s.id, tokens, static_cast<int64_t>(s.tokens.size()) - 1, prefix_root(s, group), lookup);
+  const int64_t hold = options.reserve_max_tokens ? s.prompt_len + s.req.max_tokens : s.prefill_len;
+  if (!m.ensure(s.id, hold)) {
+    m.free(s.id);
+    return false;
+  }
+  if (first && lookup) m.record_lookup(s.prompt_len, std::min<int64_t>(hit, s.prompt_len));
+  s.cached = hit;
+  if (first) s.cached_prompt = static_cast<int>(std::min<int64_t>(hit, s.prompt_len));
+  s.dp_group = group;
+  s.admitted = ++admissions;
+  if (first) s.scheduled_at = now_seconds();
+  return true;
+}
+
+void Scheduler::State::preempt(Seq& s) {
+  manager(s).free(s.id);  // its full blocks stay cached: the recompute may hit them
+  s.preempt = true;
+  s.cached = 0;
+  s.prefill_len = static_cast<int64_t>(s.tokens.size());  // prompt + every token so far, then decodes
+  if (!s.prompt_logprobs_sent) {                          // built again from the first row
+    s.prompt_logprobs.clear();
+    s.chunk_logits = {};
+  }
+  ++preemptions;
+}
+
+void Scheduler::State::grow_or_preempt() {
+  for (auto& sp : running) {
+    Seq& s = *sp;
+    if (s.preempt || s.cached < s.prefill_len) continue;  // prefills hold their blocks from admission
+    while (!manager(s).ensure(s.id, s.cached + 1)) {
+      Seq* victim = nullptr;
+      for (auto& o : running) {
+        if (!o->preempt && o->dp_group == s.dp_group && (victim == nullptr || o->admitted > victim->admitted)) {
+          victim = o.get();
+        }
+      }
+      MOE_LOG_DEBUG("scheduler: no free KV block for request {}: preempting request {} ({} tokens, recomputed later)",
+                    s.id, victim->id, victim->tokens.size());
+      preempt(*victim);
+      if (victim == &s) break;
+    }
+  }
+  // The preempted wait at the head of the queue, oldest first, and resume before newer requests.
+  for (auto it = running.rbegin(); it != running.rend(); ++it) {
+    if ((*it)->preempt) {
+      (*it)->preempt = false;
+      waiting.push_front(std::move(*it));
+    }
+  }
+  std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s == nullptr; });
+}
+
+void Scheduler::State::open_disk_tier(const KvCacheShape& shape) {
+  const KvBlockLayout layout{.model_fingerprint = core->model_fingerprint,
+                             .num_layers = core->config->num_hidden_layers,
+                             .num_kv_heads = shape.heads,
+                             .head_dim = shape.k_dim,
+                             .v_head_dim = shape.v_dim,
+                             .block_size = options.kv_block_size,
+                             .dtype = static_cast<int32_t>(shape.dtype)};
+  auto tier = KvDiskTier::open({.dir = options.kv_offload_dir, .max_bytes = options.kv_offload_bytes, .sync = false},
+                               layout);
+  if (!tier.ok()) {
+    MOE_LOG_WARN("scheduler: serving without the KV disk tier: {}", tier.status().message());
+    return;
+  }
+  disk = std::move(tier).value();
+  block_buf.resize(kv->block_bytes());
+  KvBlockManager& m = *kvm[0];
+  m.on_cached = [this](const KvBlockHash& key, int32_t block, std::span<const int32_t> tokens) {
+    if (disk->contains(key)) return;
+    kv->read_block(block, block_buf);
+    disk->put(key, tokens, block_buf);
+  };
+  m.load_missing = [this](const KvBlockHash& key, std::span<const int32_t> tokens, int32_t block) {
+    if (!disk->contains(key) || !disk->get(key, tokens, block_buf)) return false;
+    kv->write_block(block, block_buf);
+    return true;
+  };
+  const KvDiskTierCounters c = disk->counters();
+  MOE_LOG_INFO("scheduler: KV disk tier {}: {} blocks ({:.1f} MB) found, up to {:.1f} MB", options.kv_offload_dir,
+               c.resident_blocks, c.resident_bytes / 1e6, options.kv_offload_bytes / 1e6);
+}
+
 void Scheduler::State::record_failover() {
   const EpSessionCounters& c = core->session->counters();
   const int64_t lost = core->failover ? core->failover->lost_now() : 0;
@@ -570,7 +746,22 @@ void Scheduler::State::publish_locked() {
   snap.running = static_cast<int>(running.size());
   snap.waiting = static_cast<int>(waiting.size());
   snap.kv_blocks_used = 0;
-  for (const auto& m : kvm) snap.kv_blocks_used += m->used_blocks();
+  snap.prefix_cache_queries = snap.prefix_cache_hits = 0;
+  for (const auto& m : kvm) {
+    snap.kv_blocks_used += m->used_blocks();
+    snap.prefix_cache_queries += m->counters().queried_tokens;
+    snap.prefix_cache_hits += m->counters().hit_tokens;
+  }
+  snap.preemptions = preemptions;
+  if (disk) {
+    const KvDiskTierCounters c = disk->counters();
+    snap.kv_disk_hits = c.hits;
+    snap.kv_disk_hit_bytes = c.hit_bytes;
+    snap.kv_disk_writes = c.writes;
+    snap.kv_disk_write_bytes = c.write_bytes;
+    snap.kv_disk_rejects = c.rejects;
+    snap.kv_disk_write_failures = c.write_failures + c.dropped;
+  }
   const EpTimings& ep = core->decoder->ep_timings();
   snap.ep_comm_wait_seconds = ep.comm_wait_seconds;
   snap.ep_exchange_seconds = ep.exchange_seconds;
@@ -625,17 +816,11 @@ Status Scheduler::run() {
     std::erase_if(st.waiting, abort_if);
     // Admission, first come first served: the head of the queue waits for KV blocks
     // rather than being overtaken (no starvation of long requests).
+    if (st.reset_requested.exchange(false)) {
+      for (auto& m : st.kvm) m->reset_prefix_cache();
+    }
     while (!st.waiting.empty() && static_cast<int>(st.running.size()) < st.options.max_num_seqs) {
-      Seq& s = *st.waiting.front();
-      const int group = st.least_loaded_dp_group();
-      KvBlockManager& m = *st.kvm[static_cast<size_t>(group)];
-      m.begin(s.id, {}, 0, {}, /*lookup=*/false);
-      if (!m.ensure(s.id, s.prompt_len + s.req.max_tokens)) {
-        m.free(s.id);
-        break;
-      }
-      s.dp_group = group;
-      s.scheduled_at = now_seconds();
+      if (!st.admit(*st.waiting.front())) break;
       st.running.push_back(std::move(st.waiting.front()));
       st.waiting.pop_front();
     }

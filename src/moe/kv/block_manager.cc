@@ -80,7 +80,6 @@ int64_t KvBlockManager::begin(SeqId id, std::span<const int32_t> tokens, int64_t
   s.root = root;
   if (!caching_ || !lookup) return 0;
   const int64_t limit = std::min<int64_t>(max_cached, static_cast<int64_t>(tokens.size()));
-  counters_.queried_tokens += static_cast<int64_t>(tokens.size());
   KvBlockHash parent = root;
   int64_t hit = 0;
   while (hit + block_size_ <= limit) {
@@ -115,7 +114,6 @@ int64_t KvBlockManager::begin(SeqId id, std::span<const int32_t> tokens, int64_t
     hit += block_size_;
   }
   s.committed_blocks = s.keys.size();
-  counters_.hit_tokens += hit;
   return hit;
 }
 

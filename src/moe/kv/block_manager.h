@@ -50,8 +50,8 @@ struct KvBlockManagerOptions {
 };
 
 struct KvBlockManagerCounters {
-  int64_t queried_tokens = 0;  // prompt tokens looked up (begin() with caching on)
-  int64_t hit_tokens = 0;      // of those, found cached
+  int64_t queried_tokens = 0;  // prompt tokens looked up (record_lookup())
+  int64_t hit_tokens = 0;      // of those, found cached (record_lookup())
   int64_t collisions = 0;      // key found but token ids differed (never served)
   int64_t evictions = 0;       // cached blocks reused for other positions
 };
@@ -80,6 +80,12 @@ class KvBlockManager {
   // returns its length in tokens (a multiple of block_size; 0 without caching). The
   // table then holds those blocks; nothing else is allocated.
   int64_t begin(SeqId id, std::span<const int32_t> tokens, int64_t max_cached, const KvBlockHash& root, bool lookup);
+  // Adds a lookup's figures to counters() (the caller counts a prompt once, not at each
+  // retry of its admission): `queried` prompt tokens, `hit` of them cached.
+  void record_lookup(int64_t queried, int64_t hit) {
+    counters_.queried_tokens += queried;
+    counters_.hit_tokens += hit;
+  }
   // Blocks sequence `id` needs beyond its table to hold `tokens` positions.
   int64_t blocks_needed(SeqId id, int64_t tokens) const;
   // Grows the table of `id` to cover `tokens` positions; false (nothing taken) if fewer

@@ -8,7 +8,8 @@
 namespace moe {
 
 PagedKVCache::PagedKVCache(int num_layers, const KvCacheShape& shape, int block_size, int64_t num_blocks)
-    : num_kv_heads_(shape.heads),
+    : num_layers_(num_layers),
+      num_kv_heads_(shape.heads),
       head_dim_(shape.k_dim),
       v_head_dim_(shape.v_dim),
       block_size_(block_size),
@@ -90,6 +91,37 @@ void PagedKVCache::write(int layer, const int32_t* block_table, int64_t start_po
                   vl + slot * static_cast<size_t>(v_head_dim_) * es);
       }
     }
+  }
+}
+
+size_t PagedKVCache::block_bytes() const {
+  const size_t rows = static_cast<size_t>(num_kv_heads_) * static_cast<size_t>(block_size_);
+  return static_cast<size_t>(num_layers_) * rows * static_cast<size_t>(head_dim_ + v_head_dim_) * dtype_size(dtype_);
+}
+
+void PagedKVCache::read_block(int32_t block, std::span<uint8_t> bytes) const {
+  MOE_CHECK(block >= 0 && block < num_blocks_ && bytes.size() == block_bytes());
+  const size_t es = dtype_size(dtype_), rows = static_cast<size_t>(num_kv_heads_) * static_cast<size_t>(block_size_);
+  const size_t k = rows * static_cast<size_t>(head_dim_) * es, v = rows * static_cast<size_t>(v_head_dim_) * es;
+  uint8_t* out = bytes.data();
+  for (int l = 0; l < num_layers_; ++l) {
+    std::memcpy(out, k_ + (static_cast<size_t>(l) * layer_stride_ * es + static_cast<size_t>(block) * k), k);
+    out += k;
+    if (v > 0) std::memcpy(out, v_ + (static_cast<size_t>(l) * v_layer_stride_ * es + static_cast<size_t>(block) * v), v);
+    out += v;
+  }
+}
+
+void PagedKVCache::write_block(int32_t block, std::span<const uint8_t> bytes) {
+  MOE_CHECK(block >= 0 && block < num_blocks_ && bytes.size() == block_bytes());
+  const size_t es = dtype_size(dtype_), rows = static_cast<size_t>(num_kv_heads_) * static_cast<size_t>(block_size_);
+  const size_t k = rows * static_cast<size_t>(head_dim_) * es, v = rows * static_cast<size_t>(v_head_dim_) * es;
+  const uint8_t* in = bytes.data();
+  for (int l = 0; l < num_layers_; ++l) {
+    std::memcpy(k_ + (static_cast<size_t>(l) * layer_stride_ * es + static_cast<size_t>(block) * k), in, k);
+    in += k;
+    if (v > 0) std::memcpy(v_ + (static_cast<size_t>(l) * v_layer_stride_ * es + static_cast<size_t>(block) * v), in, v);
+    in += v;
   }
 }
 

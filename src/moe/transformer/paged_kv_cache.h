@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "moe/core/huge_page_arena.h"
@@ -48,8 +49,15 @@ class PagedKVCache {
   void write(int layer, const int32_t* block_table, int64_t start_pos, const TensorView& keys,
              const TensorView& values);
 
+  // One block's bytes over all layers: per layer its K rows [num_kv_heads, block_size,
+  // head_dim] then its V rows (none for MLA), in dtype(). The disk tier's unit.
+  size_t block_bytes() const;
+  // Copies block `block`'s bytes to / from `bytes` (block_bytes() of them; MOE_CHECK).
+  void read_block(int32_t block, std::span<uint8_t> bytes) const;
+  void write_block(int32_t block, std::span<const uint8_t> bytes);
+
  private:
-  int num_kv_heads_, head_dim_, v_head_dim_, block_size_;
+  int num_layers_, num_kv_heads_, head_dim_, v_head_dim_, block_size_;
   int64_t num_blocks_;
   DType dtype_;
   size_t layer_stride_, v_layer_stride_;  // elements

@@ -1,0 +1,318 @@
+// The Scheduler's KV cache (src/moe/kv/block_manager.h): blocks on demand with
+// preemption by recompute, automatic prefix caching, cache_salt, reset, forced hash
+// collisions, and the pool's memory check. The reference for every output is the same
+// request run alone with prefix caching off and a pool that never runs out: with the
+// batch-invariant kernels the tokens must be identical.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "moe/scheduler.h"
+#include "test_util.h"
+
+namespace moe {
+namespace {
+
+struct Out {
+  std::vector<int> tokens;
+  std::vector<TokenLogprob> prompt_logprobs;
+  std::string finish_reason, error;
+  int cached_tokens = -1, prompt_tokens = 0;
+  bool done = false;
+};
+
+class Sinks {
+ public:
+  SeqSink sink(int key) {
+    return [this, key](SeqEvent&& ev) {
+      std::lock_guard<std::mutex> lock(mu_);
+      Out& o = out_[key];
+      EXPECT_FALSE(o.done) << "event after the final one";
+      o.tokens.insert(o.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      for (auto& lp : ev.prompt_logprobs) o.prompt_logprobs.push_back(lp);
+      o.cached_tokens = ev.cached_tokens;
+      o.prompt_tokens = ev.prompt_tokens;
+      if (ev.finished) {
+        o.done = true;
+        o.finish_reason = ev.finish_reason;
+        o.error = ev.error;
+        cv_.notify_all();
+      }
+    };
+  }
+  Out wait(int key) {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(120), [&] { return out_[key].done; })) << key;
+    return out_[key];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int, Out> out_;
+};
+
+struct Running {
+  std::unique_ptr<Scheduler> sched;
+  std::thread loop;
+  Status status = ok_status();
+  Running(Engine* engine, const SchedulerOptions& o) {
+    auto s = Scheduler::create(engine, o);
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    sched = std::move(s).value();
+    loop = std::thread([this] { status = sched->run(); });
+  }
+  ~Running() {
+    sched->shutdown(0);
+    loop.join();
+  }
+  ServiceSnapshot settled(const std::function<bool(const ServiceSnapshot&)>& ok) const {
+    ServiceSnapshot snap = sched->snapshot();
+    for (int i = 0; i < 400 && !ok(snap); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      snap = sched->snapshot();
+    }
+    return snap;
+  }
+};
+
+std::unique_ptr<Engine> open_engine() {
+  EngineOptions o;
+  o.model_dir = testing::tiny_model_dir();
+  o.batch_invariant = true;
+  auto e = Engine::open(o);
+  EXPECT_TRUE(e.ok()) << e.status().message();
+  return std::move(e).value();
+}
+
+const std::string kSystem =
+    "First Citizen:\nBefore we proceed any further, hear me speak.\nAll:\nSpeak, speak.\nFirst Citizen:\nYou are "
+    "all resolved rather to die than to famish?\n";
+const std::vector<std::string> kQuestions = {"All:\nResolved. resolved.", "MENENIUS:\nWhat work's, my countrymen?",
+                                             "ROMEO:\nIs the day so young?", "JULIET:\nO Romeo, Romeo!"};
+
+SeqRequest request(const std::string& prompt, int max_tokens, int i) {
+  SeqRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.sampling.temperature = i % 2 == 1 ? 0.8f : 0.0f;  // greedy and seeded alike
+  r.sampling.seed = 7 + static_cast<uint64_t>(i);
+  return r;
+}
+
+SchedulerOptions uncached() {
+  SchedulerOptions o;
+  o.enable_prefix_caching = false;
+  o.kv_block_size = 4;
+  o.kv_cache_tokens = 4096;
+  return o;
+}
+
+// The reference: each request alone, caching off, a pool that never runs short.
+std::vector<Out> alone(Engine* engine, const std::vector<SeqRequest>& reqs) {
+  Running run(engine, uncached());
+  Sinks s;
+  std::vector<Out> out;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_TRUE(run.sched->submit(reqs[i], s.sink(static_cast<int>(i))).ok());
+    out.push_back(s.wait(static_cast<int>(i)));
+    EXPECT_EQ(out.back().cached_tokens, 0);
+  }
+  return out;
+}
+
+TEST(SchedulerKv, ASharedPrefixIsComputedOnceAndTheTokensAreUnchanged) {
+  auto engine = open_engine();
+  std::vector<SeqRequest> reqs;
+  for (size_t i = 0; i < kQuestions.size(); ++i) reqs.push_back(request(kSystem + kQuestions[i], 10, static_cast<int>(i)));
+  const std::vector<Out> ref = alone(engine.get(), reqs);
+  SchedulerOptions o;
+  o.kv_block_size = 4;
+  Running run(engine.get(), o);
+  Sinks s;
+  // The first computes the shared prefix; the others (one at a time) find it cached.
+  int64_t queried = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(run.sched->submit(reqs[i], s.sink(static_cast<int>(i))).ok());
+    const Out out = s.wait(static_cast<int>(i));
+    EXPECT_EQ(out.tokens, ref[i].tokens) << i;
+    EXPECT_EQ(out.prompt_tokens, ref[i].prompt_tokens);
+    queried += out.prompt_tokens;
+    if (i == 0) {
+      EXPECT_EQ(out.cached_tokens, 0);
+    } else {
+      // Whole blocks of the common prefix, and never the whole prompt.
+      EXPECT_GT(out.cached_tokens, 16) << i;
+      EXPECT_EQ(out.cached_tokens % 4, 0);
+      EXPECT_LT(out.cached_tokens, out.prompt_tokens);
+    }
+  }
+  // The same prompt again hits all its full blocks but the last token's.
+  ASSERT_TRUE(run.sched->submit(reqs[0], s.sink(10)).ok());
+  const Out again = s.wait(10);
+  EXPECT_EQ(again.tokens, ref[0].tokens);
+  EXPECT_EQ(again.cached_tokens, (again.prompt_tokens - 1) / 4 * 4);
+  const ServiceSnapshot snap = run.settled([](const ServiceSnapshot& x) { return x.kv_blocks_used == 0; });
+  EXPECT_EQ(snap.prefix_cache_queries, queried + again.prompt_tokens);
+  EXPECT_GT(snap.prefix_cache_hits, 0);
+  EXPECT_EQ(snap.kv_blocks_used, 0);
+  EXPECT_EQ(snap.preemptions, 0);
+}
+
+TEST(SchedulerKv, PreemptedSequencesResumeWithNoTokenRepeatedOrLost) {
+  auto engine = open_engine();
+  std::vector<SeqRequest> reqs;
+  for (size_t i = 0; i < kQuestions.size(); ++i) reqs.push_back(request(kQuestions[i], 40, static_cast<int>(i)));
+  const std::vector<Out> ref = alone(engine.get(), reqs);
+  for (bool caching : {false, true}) {
+    SchedulerOptions o;
+    o.kv_block_size = 4;
+    o.kv_cache_tokens = 64;  // 16 blocks; each request grows to 13-15 blocks: they cannot all run
+    o.max_num_seqs = 4;
+    o.max_num_batched_tokens = 16;
+    o.enable_prefix_caching = caching;
+    Running run(engine.get(), o);
+    Sinks s;
+    for (size_t i = 0; i < reqs.size(); ++i) ASSERT_TRUE(run.sched->submit(reqs[i], s.sink(static_cast<int>(i))).ok());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const Out out = s.wait(static_cast<int>(i));
+      EXPECT_EQ(out.finish_reason, "length");
+      EXPECT_EQ(out.tokens, ref[i].tokens) << "request " << i << (caching ? " with" : " without") << " caching";
+    }
+    const ServiceSnapshot snap = run.settled([](const ServiceSnapshot& x) { return x.kv_blocks_used == 0; });
+    EXPECT_GT(snap.preemptions, 0) << "the pool was meant to run out";
+    EXPECT_EQ(snap.kv_blocks_used, 0);
+  }
+}
+
+TEST(SchedulerKv, TheOldReservationNeverPreempts) {
+  auto engine = open_engine();
+  std::vector<SeqRequest> reqs;
+  for (size_t i = 0; i < kQuestions.size(); ++i) reqs.push_back(request(kQuestions[i], 40, static_cast<int>(i)));
+  const std::vector<Out> ref = alone(engine.get(), reqs);
+  SchedulerOptions o;
+  o.kv_block_size = 4;
+  o.kv_cache_tokens = 64;
+  o.enable_prefix_caching = false;
+  o.reserve_max_tokens = true;
+  Running run(engine.get(), o);
+  Sinks s;
+  for (size_t i = 0; i < reqs.size(); ++i) ASSERT_TRUE(run.sched->submit(reqs[i], s.sink(static_cast<int>(i))).ok());
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(s.wait(static_cast<int>(i)).tokens, ref[i].tokens);
+  EXPECT_EQ(run.sched->snapshot().preemptions, 0);
+}
+
+TEST(SchedulerKv, ForcedHashCollisionsNeverServeAnotherPromptsKv) {
+  auto engine = open_engine();
+  std::vector<SeqRequest> reqs;
+  for (size_t i = 0; i < kQuestions.size(); ++i) reqs.push_back(request(kSystem + kQuestions[i], 8, static_cast<int>(i)));
+  const std::vector<Out> ref = alone(engine.get(), reqs);
+  SchedulerOptions o;
+  o.kv_block_size = 4;
+  o.prefix_hash_bits_for_test = 2;  // 4 keys for every block there is
+  Running run(engine.get(), o);
+  Sinks s;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(run.sched->submit(reqs[i], s.sink(static_cast<int>(i))).ok());
+    EXPECT_EQ(s.wait(static_cast<int>(i)).tokens, ref[i].tokens) << i;
+  }
+}
+
+TEST(SchedulerKv, CacheSaltSeparatesAndResetForgets) {
+  auto engine = open_engine();
+  SchedulerOptions o;
+  o.kv_block_size = 4;
+  Running run(engine.get(), o);
+  Sinks s;
+  SeqRequest a = request(kSystem, 4, 0);
+  a.cache_salt = "tenant-a";
+  ASSERT_TRUE(run.sched->submit(a, s.sink(0)).ok());
+  EXPECT_EQ(s.wait(0).cached_tokens, 0);
+  SeqRequest b = a;
+  b.cache_salt = "tenant-b";
+  ASSERT_TRUE(run.sched->submit(b, s.sink(1)).ok());
+  EXPECT_EQ(s.wait(1).cached_tokens, 0) << "another salt must not see tenant-a's prefix";
+  ASSERT_TRUE(run.sched->submit(a, s.sink(2)).ok());
+  const Out same = s.wait(2);
+  EXPECT_EQ(same.cached_tokens, (same.prompt_tokens - 1) / 4 * 4);
+  ASSERT_TRUE(run.sched->reset_prefix_cache().ok());
+  ASSERT_TRUE(run.sched->submit(a, s.sink(3)).ok());
+  EXPECT_EQ(s.wait(3).cached_tokens, 0) << "after reset_prefix_cache";
+}
+
+TEST(SchedulerKv, PromptLogprobsAreComputedForEveryPromptToken) {
+  auto engine = open_engine();
+  SeqRequest r = request(kSystem, 3, 0);
+  r.prompt_logprobs = 2;
+  const std::vector<Out> ref = alone(engine.get(), {r});
+  SchedulerOptions o;
+  o.kv_block_size = 4;
+  Running run(engine.get(), o);
+  Sinks s;
+  ASSERT_TRUE(run.sched->submit(request(kSystem, 3, 0), s.sink(0)).ok());  // caches the prompt
+  s.wait(0);
+  ASSERT_TRUE(run.sched->submit(r, s.sink(1)).ok());
+  const Out out = s.wait(1);
+  EXPECT_EQ(out.cached_tokens, 0) << "a request with prompt_logprobs reads no cached prefix";
+  ASSERT_EQ(out.prompt_logprobs.size(), ref[0].prompt_logprobs.size());
+  for (size_t i = 0; i < out.prompt_logprobs.size(); ++i) {
+    EXPECT_EQ(out.prompt_logprobs[i].token_id, ref[0].prompt_logprobs[i].token_id);
+    EXPECT_FLOAT_EQ(out.prompt_logprobs[i].logprob, ref[0].prompt_logprobs[i].logprob) << i;
+  }
+  EXPECT_EQ(out.tokens, ref[0].tokens);
+}
+
+TEST(SchedulerKv, APoolThatDoesNotFitInMemoryIsRefusedWithTheNumbers) {
+  auto engine = open_engine();
+  SchedulerOptions o;
+  o.kv_cache_memory_bytes = uint64_t{1} << 50;  // 1 PiB
+  auto s = Scheduler::create(engine.get(), o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  for (const char* part : {"the KV cache (", "and the weights (", "this process may use", "memory_utilization"}) {
+    EXPECT_NE(s.status().message().find(part), std::string::npos) << s.status().message();
+  }
+  SchedulerOptions tiny;
+  tiny.memory_utilization = 1e-9;  // no room beside the weights
+  auto t = Scheduler::create(engine.get(), tiny);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("no room for a KV cache"), std::string::npos) << t.status().message();
+  SchedulerOptions both;
+  both.kv_cache_tokens = 64;
+  both.kv_cache_memory_bytes = 1 << 20;
+  EXPECT_EQ(Scheduler::create(engine.get(), both).status().code(), StatusCode::kInvalidArgument);
+  SchedulerOptions reserve_cached;
+  reserve_cached.reserve_max_tokens = true;
+  EXPECT_EQ(Scheduler::create(engine.get(), reserve_cached).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SchedulerKv, OneHugeRequestWaitsOrIsPreemptedButFinishes) {
+  auto engine = open_engine();
+  SchedulerOptions o;
+  o.kv_block_size = 4;
+  o.kv_cache_tokens = 96;
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 16;
+  Running run(engine.get(), o);
+  Sinks s;
+  SeqRequest huge = request(kSystem, 1, 0);  // its prompt + max_tokens: the whole pool
+  const int huge_prompt = run.sched->count_tokens(huge.prompt);
+  huge.max_tokens = 96 - huge_prompt;
+  ASSERT_GT(huge.max_tokens, 0);
+  ASSERT_TRUE(run.sched->submit(request(kQuestions[0], 30, 1), s.sink(0)).ok());
+  ASSERT_TRUE(run.sched->submit(huge, s.sink(1)).ok());
+  ASSERT_TRUE(run.sched->submit(request(kQuestions[1], 30, 2), s.sink(2)).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(s.wait(i).finish_reason, "length") << i;
+  huge.max_tokens += 1;  // one token more than the pool: never
+  auto never = run.sched->submit(huge, s.sink(3));
+  ASSERT_FALSE(never.ok());
+  EXPECT_NE(never.status().message().find("never fit"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace moe
