@@ -52,6 +52,26 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
     return "--kv-cache-tokens (" + std::to_string(f.kv_cache_tokens) + ") is smaller than one block of --kv-block-size " +
            std::to_string(f.kv_block_size) + " tokens";
   }
+  if (f.kv_cache_memory_bytes < 0) {
+    return "--kv-cache-memory-bytes must be >= 0 (got " + std::to_string(f.kv_cache_memory_bytes) + ")";
+  }
+  if (f.kv_cache_memory_bytes > 0 && f.kv_cache_tokens > 0) {
+    return "--kv-cache-tokens and --kv-cache-memory-bytes both size the KV cache: give one";
+  }
+  if (!(f.memory_utilization > 0 && f.memory_utilization <= 1)) {
+    return "--memory-utilization must be in (0, 1] (got " + std::to_string(f.memory_utilization) + ")";
+  }
+  if (f.enable_prefix_caching && f.no_enable_prefix_caching) {
+    return "--enable-prefix-caching and --no-enable-prefix-caching contradict each other";
+  }
+  if (f.kv_reserve_max_tokens && !f.no_enable_prefix_caching) {
+    return "--kv-reserve-max-tokens needs --no-enable-prefix-caching (reserved worst cases and shared prefix blocks "
+           "do not mix)";
+  }
+  if (f.kv_offload_bytes < 1) return "--kv-offload-bytes must be >= 1 (got " + std::to_string(f.kv_offload_bytes) + ")";
+  if (!f.kv_offload_dir.empty() && f.no_enable_prefix_caching) {
+    return "--kv-offload-dir needs prefix caching (it holds cached prefix blocks): drop --no-enable-prefix-caching";
+  }
   if (f.max_tokens_limit < 0) {
     return "--max-tokens-limit must be >= 0 (got " + std::to_string(f.max_tokens_limit) + ")";
   }
@@ -120,6 +140,12 @@ SchedulerOptions scheduler_options(const ServeFlags& f) {
   so.max_num_batched_tokens = f.max_num_batched_tokens;
   so.kv_block_size = f.kv_block_size;
   so.kv_cache_tokens = f.kv_cache_tokens;
+  so.kv_cache_memory_bytes = static_cast<uint64_t>(f.kv_cache_memory_bytes);
+  so.memory_utilization = f.memory_utilization;
+  so.enable_prefix_caching = !f.no_enable_prefix_caching;
+  so.reserve_max_tokens = f.kv_reserve_max_tokens;
+  so.kv_offload_dir = f.kv_offload_dir;
+  so.kv_offload_bytes = static_cast<uint64_t>(f.kv_offload_bytes);
   so.idle_heartbeat_seconds = f.engine.idle_heartbeat_seconds();
   so.liveness_timeout_seconds = f.effective_liveness_timeout();
   return so;
@@ -214,8 +240,29 @@ RunFn add_serve_command(CLI::App& app) {
                  "Tokens per engine step at most (decodes + prompt chunks)")
       ->capture_default_str();
   app.add_option("--kv-block-size", f->kv_block_size, "Tokens per KV-cache block")->capture_default_str();
-  app.add_option("--kv-cache-tokens", f->kv_cache_tokens, "KV-cache pool in tokens; 0 = max-num-seqs x context")
+  app.add_option("--kv-cache-tokens", f->kv_cache_tokens,
+                 "KV-cache pool in tokens; 0 = by --kv-cache-memory-bytes, else max-num-seqs x context within "
+                 "--memory-utilization")
       ->capture_default_str();
+  app.add_option("--kv-cache-memory-bytes", f->kv_cache_memory_bytes,
+                 "KV-cache pool in bytes (instead of --kv-cache-tokens); 0 = sized by memory")
+      ->capture_default_str();
+  app.add_option("--memory-utilization,--gpu-memory-utilization", f->memory_utilization,
+                 "Fraction of the memory this process may use (MemTotal or its cgroup limit) that the weights and "
+                 "the KV cache may take together; a pool that does not fit is refused at start")
+      ->capture_default_str();
+  app.add_flag("--enable-prefix-caching", f->enable_prefix_caching,
+               "Automatic prefix caching (the default): a prompt's prefill starts after its longest cached prefix");
+  app.add_flag("--no-enable-prefix-caching", f->no_enable_prefix_caching, "Turn automatic prefix caching off");
+  app.add_option("--kv-offload-dir", f->kv_offload_dir,
+                 "Disk tier of the prefix cache: cached KV blocks are also written here (one verified file per "
+                 "block) and read back on a miss, across restarts");
+  app.add_option("--kv-offload-bytes", f->kv_offload_bytes,
+                 "Bound on --kv-offload-dir's block files (least recently used go first)")
+      ->capture_default_str();
+  app.add_flag("--kv-reserve-max-tokens", f->kv_reserve_max_tokens,
+               "Reserve each request's prompt + max_tokens of KV at admission (never preempts; holds the worst "
+               "case). Default: blocks on demand, preempting (recompute) when they run out");
   app.add_option("--max-tokens-limit", f->max_tokens_limit,
                  "Largest max_tokens a request may ask for; 0 = the model's context")
       ->capture_default_str();

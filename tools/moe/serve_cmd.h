@@ -27,6 +27,12 @@ struct ServeFlags {
   int max_num_batched_tokens = 512;
   int kv_block_size = 16;
   int64_t kv_cache_tokens = 0;
+  int64_t kv_cache_memory_bytes = 0;  // --kv-cache-memory-bytes (vLLM's)
+  double memory_utilization = 0.9;    // --memory-utilization / --gpu-memory-utilization
+  bool enable_prefix_caching = false, no_enable_prefix_caching = false;  // default: on
+  bool kv_reserve_max_tokens = false;
+  std::string kv_offload_dir;                 // --kv-offload-dir: the disk tier of cached blocks
+  int64_t kv_offload_bytes = int64_t{4} << 30;  // --kv-offload-bytes
   int max_tokens_limit = 0;
   int max_n = 16;  // largest `n` (choices per prompt) a request may ask for
   int64_t max_body_bytes = 1 << 20;

@@ -1,7 +1,10 @@
 // POST /v1/completions and /v1/chat/completions: parse (openai_protocol.h), submit
 // the n * prompts sequences, and write their events as the response (response_stream.h),
 // streamed or at the end. See http_server.h for the behaviour.
+#include <xxhash.h>
+
 #include <cmath>
+#include <cstdio>
 
 #include "moe/core/logging.h"
 #include "moe/serve/client_socket.h"
@@ -19,6 +22,18 @@ std::string prompt_text(const GenerationService& service, const SeqRequest& seq)
   std::string out;  // a service without detokenize: the tokens' bytes
   for (int id : seq.prompt_token_ids) out += service.token_bytes(id);
   return out;
+}
+
+// The prefix-cache salt of a request: with API keys configured, a tag of the caller's
+// key (XXH3-128 of it: the key itself never reaches the engine, its journal or the disk
+// tier) before the request's own cache_salt, so tenants never share cached KV and
+// cannot learn from timing whether another tenant sent a prompt.
+std::string tenant_salt(const std::string& key, const std::string& salt) {
+  const XXH128_hash_t h = XXH3_128bits(key.data(), key.size());
+  char tag[40];
+  std::snprintf(tag, sizeof(tag), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return std::string("tenant:") + tag + "\n" + salt;
 }
 
 }  // namespace
@@ -91,6 +106,10 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
     }
   }
   std::vector<SeqRequest> seqs = sequence_requests(r);
+  if (!options.api_keys.empty()) {
+    const std::string key = bearer_token(req);
+    for (SeqRequest& s : seqs) s.cache_salt = tenant_salt(key, s.cache_salt);
+  }
   for (const SeqRequest& s : seqs) {
     if (auto e = too_long(s.prompt)) return reject(req, res, *e);
   }

@@ -40,7 +40,8 @@ constexpr Route kRoutes[] = {{"/v1/completions", "POST"},
                              {"/health", "GET, HEAD"},
                              {"/metrics", "GET, HEAD"},
                              {"/tokenize", "POST"},
-                             {"/detokenize", "POST"}};
+                             {"/detokenize", "POST"},
+                             {"/reset_prefix_cache", "POST"}};
 
 // A bounded set of `endpoint` label values.
 std::string endpoint_label(const std::string& path) {
@@ -152,6 +153,19 @@ void HttpServer::Impl::install_routes() {
   });
   svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::kCompletions, req, res);
+  });
+  // vLLM's: forgets the cached prefixes (200, empty body), behind the API key.
+  svr.Post("/reset_prefix_cache", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto e = check_auth(req)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      return send_error(res, *e);
+    }
+    const Status st = service.reset_prefix_cache();
+    if (st.ok()) {
+      res.status = 200;
+      return;
+    }
+    send_error(res, make_error(st.code() == StatusCode::kUnimplemented ? 501 : 503, st.message()));
   });
   svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(Endpoint::kChatCompletions, req, res);

@@ -176,6 +176,16 @@ std::optional<ApiError> parse_generation_params(Endpoint endpoint, const json& b
   std::optional<bool> ignore_eos;  // vLLM's extension (benchmarks)
   if (auto e = read_bool(body, "ignore_eos", &ignore_eos)) return e;
   out->seq.ignore_eos = ignore_eos.value_or(false);
+  if (const json* v = field(body, "cache_salt")) {  // vLLM's prefix-cache isolation
+    if (!v->is_string()) return wrong_type("cache_salt", *v, "a string");
+    const std::string& salt = v->get_ref<const std::string&>();
+    if (salt.empty() || salt.size() > kMaxCacheSaltBytes) {
+      return bad("cache_salt", "'cache_salt' must be a non-empty string of at most " +
+                                   std::to_string(kMaxCacheSaltBytes) + " bytes (got " + std::to_string(salt.size()) +
+                                   ")");
+    }
+    out->seq.cache_salt = salt;
+  }
   return parse_response_format(body, &out->seq);
 }
 

@@ -50,6 +50,8 @@ struct ProtocolLimits {
 
 // At most this many prompts in one completions request (a list of prompts).
 inline constexpr int kMaxPromptsPerRequest = 64;
+// Longest cache_salt accepted (bytes): a salt is an opaque tenant or session tag.
+inline constexpr size_t kMaxCacheSaltBytes = 256;
 // The largest `logprobs` (completions) and `top_logprobs` (chat), as OpenAI and vLLM.
 inline constexpr int kMaxLogprobs = 20;
 
@@ -122,6 +124,9 @@ bool is_valid_utf8(std::string_view text);
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Of prompt_tokens, those whose KV came from the prefix cache (OpenAI's
+  // usage.prompt_tokens_details.cached_tokens).
+  int cached_tokens = 0;
 };
 
 // Identity of one response, shared by all its chunks.

@@ -90,6 +90,7 @@ std::string ResponseStream::on_event(int index, const TimedEvent& te) {
   }
   c.prompt_tokens = ev.prompt_tokens;
   c.completion_tokens = ev.completion_tokens;
+  c.cached_tokens = ev.cached_tokens;
   std::string out;
   if (ev.finished && ev.finish_reason == "error") {
     c.finished = true;
@@ -119,7 +120,10 @@ Usage ResponseStream::usage() const {
   Usage u;
   const size_t n = static_cast<size_t>(std::max(1, shape_.n));
   for (size_t i = 0; i < choices_.size(); ++i) {
-    if (i % n == 0) u.prompt_tokens += choices_[i].prompt_tokens;
+    if (i % n == 0) {
+      u.prompt_tokens += choices_[i].prompt_tokens;
+      u.cached_tokens += choices_[i].cached_tokens;
+    }
     u.completion_tokens += choices_[i].completion_tokens;
   }
   return u;

@@ -71,7 +71,7 @@ class ResponseStream {
     std::string text;  // non-streamed: the whole output so far (echo included)
     bool finished = false, started = false, got_token = false;
     std::string finish_reason;
-    int prompt_tokens = 0, completion_tokens = 0;
+    int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     std::optional<CompletionLogprobs> completion_lp;  // completions with logprobs
     nlohmann::json chat_lp = nlohmann::json::array();  // chat with logprobs: pending "content" entries
     size_t pending_lp = 0;                            // entries added since the last chunk took them

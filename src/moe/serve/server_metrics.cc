@@ -63,8 +63,10 @@ void ServerMetrics::set_model_name(const std::string& model_name, int max_model_
   r.gauge("vllm:cpu_cache_usage_perc", "CPU KV-cache usage (always 0: no CPU swap space).", model_);
   r.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", model_);
   r.counter("vllm:generation_tokens_total", "Number of generation tokens processed.", model_);
-  r.counter("vllm:num_preemptions_total", "Cumulative number of preemptions (always 0: the scheduler never preempts).",
-            model_);
+  r.counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", model_);
+  r.counter("vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.", model_);
+  r.counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", model_);
   for (const char* reason : {"stop", "length", "abort"}) {
     Labels l = model_;
     l.emplace_back("finished_reason", reason);
@@ -137,6 +139,8 @@ void ServerMetrics::render_vllm(const ServiceSnapshot& s) {
   r.counter("vllm:prompt_tokens_total", "", model_).set(static_cast<double>(s.prompt_tokens_total));
   r.counter("vllm:generation_tokens_total", "", model_).set(static_cast<double>(s.generation_tokens_total));
   r.counter("vllm:num_preemptions_total", "", model_).set(static_cast<double>(s.preemptions));
+  r.counter("vllm:prefix_cache_queries_total", "", model_).set(static_cast<double>(s.prefix_cache_queries));
+  r.counter("vllm:prefix_cache_hits_total", "", model_).set(static_cast<double>(s.prefix_cache_hits));
   // Copies of the server's own latency histograms (same buckets).
   const Histogram::Data itl = itl_->data();
   const Histogram::Data ttft = ttft_->data();
@@ -172,6 +176,17 @@ ServerMetrics::ServerMetrics() {
   registry_.gauge("moe:kv_cache_blocks_total", "KV-cache blocks in the pool.");
   registry_.gauge("moe:kv_cache_blocks_used", "KV-cache blocks in use.");
   registry_.counter("moe:engine_steps_total", "Engine steps run.");
+  registry_.counter("moe:num_preemptions_total", "Running sequences preempted (blocks given back, recomputed later).");
+  registry_.counter("moe:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.");
+  registry_.counter("moe:prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not computed).");
+  // The disk tier of cached KV blocks (--kv-offload-dir); zero without it.
+  registry_.counter("moe:kv_disk_hits_total", "KV blocks loaded back from the disk tier.");
+  registry_.counter("moe:kv_disk_hit_bytes_total", "Bytes of KV blocks loaded back from the disk tier.");
+  registry_.counter("moe:kv_disk_writes_total", "KV blocks written to the disk tier.");
+  registry_.counter("moe:kv_disk_write_bytes_total", "Bytes of KV blocks written to the disk tier.");
+  registry_.counter("moe:kv_disk_rejects_total",
+                    "Disk-tier block files refused (corrupt, truncated, another model or KV layout) and recomputed.");
+  registry_.counter("moe:kv_disk_write_failures_total", "Disk-tier writes that failed (e.g. a full disk) or were dropped (writer queue full).");
   // The supervisor (moe serve --supervise); zero otherwise.
   registry_.counter("moe:worker_failures_total", "Times the worker group was declared failed (supervisor).");
   registry_.counter("moe:recoveries_total", "Times a relaunched worker group took over (supervisor).");
@@ -245,6 +260,15 @@ std::string ServerMetrics::render(const ServiceSnapshot& s) {
   registry_.gauge("moe:kv_cache_blocks_total", "").set(static_cast<double>(s.kv_blocks_total));
   registry_.gauge("moe:kv_cache_blocks_used", "").set(static_cast<double>(s.kv_blocks_used));
   registry_.counter("moe:engine_steps_total", "").set(static_cast<double>(s.steps));
+  registry_.counter("moe:num_preemptions_total", "").set(static_cast<double>(s.preemptions));
+  registry_.counter("moe:prefix_cache_queries_total", "").set(static_cast<double>(s.prefix_cache_queries));
+  registry_.counter("moe:prefix_cache_hits_total", "").set(static_cast<double>(s.prefix_cache_hits));
+  registry_.counter("moe:kv_disk_hits_total", "").set(static_cast<double>(s.kv_disk_hits));
+  registry_.counter("moe:kv_disk_hit_bytes_total", "").set(static_cast<double>(s.kv_disk_hit_bytes));
+  registry_.counter("moe:kv_disk_writes_total", "").set(static_cast<double>(s.kv_disk_writes));
+  registry_.counter("moe:kv_disk_write_bytes_total", "").set(static_cast<double>(s.kv_disk_write_bytes));
+  registry_.counter("moe:kv_disk_rejects_total", "").set(static_cast<double>(s.kv_disk_rejects));
+  registry_.counter("moe:kv_disk_write_failures_total", "").set(static_cast<double>(s.kv_disk_write_failures));
   registry_.counter("moe:worker_failures_total", "").set(static_cast<double>(s.worker_failures));
   registry_.counter("moe:recoveries_total", "").set(static_cast<double>(s.recoveries));
   registry_.counter("moe:replayed_requests_total", "").set(static_cast<double>(s.replayed_requests));

@@ -116,6 +116,11 @@ struct SupervisedService::State {
                    const std::shared_ptr<ReplyWaiter>& waiter);
   void report_failure(int gen, const std::string& reason);
   void abort_streams(std::optional<uint64_t> id);
+  // The serving group's endpoint port; 0 while none serves (restarting).
+  int serving_port() {
+    std::lock_guard<std::mutex> lock(mu);
+    return mode == Mode::kServing ? port : 0;
+  }
   void monitor();
   std::string probe();
   void recover(const std::string& reason);
@@ -489,13 +494,15 @@ void SupervisedService::cancel(uint64_t id) {
   s.abort_streams(id);  // the worker cancels a request whose stream was cut
 }
 
+Status SupervisedService::reset_prefix_cache() {
+  const int port = state_->serving_port();  // a restarting group's cache starts empty
+  if (port == 0) return Status(StatusCode::kUnavailable, "the worker group is restarting");
+  return WorkerClient(port, state_->options.control_timeout_seconds).reset_prefix_cache();
+}
+
 ServiceSnapshot SupervisedService::snapshot() const {
   State& s = *state_;
-  int port = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (s.mode == State::Mode::kServing) port = s.port;
-  }
+  const int port = s.serving_port();
   std::optional<ServiceSnapshot> fresh;
   if (port > 0) {
     auto w = WorkerClient(port, s.options.control_timeout_seconds).snapshot();

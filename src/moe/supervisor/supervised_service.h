@@ -62,6 +62,8 @@ class SupervisedService final : public GenerationService {
   // The worker's counters (the last known ones while it is down) plus the supervisor's:
   // worker_failures, recoveries, replayed_requests, recovery_seconds.
   ServiceSnapshot snapshot() const override;
+  // Forwards to the worker group (its scheduler owns the cache); Unavailable while it restarts.
+  Status reset_prefix_cache() override;
   // "ok" (or the worker's own state) with the ranks' pids; "recovering"; "failed".
   ServiceHealth health() const override;
   const ModelInfo& model_info() const override;

@@ -50,6 +50,19 @@ StatusOr<ServiceSnapshot> WorkerClient::snapshot() const {
   return internal_if_bad(decode_snapshot(body), "/snapshot");
 }
 
+Status WorkerClient::reset_prefix_cache() const {
+  MOE_ASSIGN_OR_RETURN(std::string body, call("POST", "/reset_prefix_cache", "{}"));
+  auto j = nlohmann::json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return internal_error("worker endpoint /reset_prefix_cache: malformed answer: " + body);
+  if (!j.contains("error")) return ok_status();
+  const auto& e = j["error"];
+  if (!e.is_object() || !e.contains("code") || !e["code"].is_number_integer() || !e.contains("message") ||
+      !e["message"].is_string()) {
+    return internal_error("worker endpoint /reset_prefix_cache: malformed error: " + body);
+  }
+  return Status(static_cast<StatusCode>(e["code"].get<int>()), e["message"].get<std::string>());
+}
+
 StatusOr<ModelInfo> WorkerClient::model_info() const {
   MOE_ASSIGN_OR_RETURN(std::string body, call("GET", "/info", ""));
   return internal_if_bad(decode_model_info(body), "/info");

@@ -26,6 +26,7 @@ class WorkerClient {
   WorkerClient(int port, double timeout_seconds);
   StatusOr<ServiceHealth> health() const;
   StatusOr<ServiceSnapshot> snapshot() const;
+  Status reset_prefix_cache() const;
   StatusOr<ModelInfo> model_info() const;
   StatusOr<int> count_tokens(const std::string& text) const;
   // The worker service's answers (its own errors, e.g. InvalidArgument, come back as

@@ -152,6 +152,13 @@ void WorkerEndpoint::Impl::install_routes() {
     service.cancel(j["id"].get<uint64_t>());
     res.set_content("{}", kJson);
   });
+  svr.Post("/reset_prefix_cache", [this](const httplib::Request&, httplib::Response& res) {
+    const Status st = service.reset_prefix_cache();
+    res.set_content(st.ok() ? std::string("{}")
+                            : nlohmann::json({{"error", {{"code", static_cast<int>(st.code())}, {"message", st.message()}}}})
+                                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    kJson);
+  });
   svr.Get("/info", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(encode_model_info(service.model_info()), kJson);
   });

@@ -193,7 +193,8 @@ std::string encode_request(const SeqRequest& r) {
             {"prompt_logprobs", r.prompt_logprobs},
             {"response_format", r.response_format},
             {"json_schema", r.json_schema},
-            {"resume_token_ids", r.resume_token_ids}};
+            {"resume_token_ids", r.resume_token_ids},
+            {"cache_salt", r.cache_salt}};
   if (r.sampling.seed) j["seed"] = *r.sampling.seed;
   return dump(j);
 }
@@ -221,8 +222,7 @@ StatusOr<SeqRequest> decode_request(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "response_format", &r.response_format, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "json_schema", &r.json_schema, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "resume_token_ids", &r.resume_token_ids, kWhat));
-  MOE_RETURN_IF_ERROR(get(j, "response_format", &r.response_format, kWhat));
-  MOE_RETURN_IF_ERROR(get(j, "json_schema", &r.json_schema, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "cache_salt", &r.cache_salt, kWhat));
   if (j.contains("seed") && !j["seed"].is_null()) {
     uint64_t seed = 0;
     MOE_RETURN_IF_ERROR(get(j, "seed", &seed, kWhat));
@@ -236,7 +236,8 @@ std::string encode_event(const SeqEvent& e) {
             {"token_ids", e.token_ids},
             {"finished", e.finished},
             {"prompt_tokens", e.prompt_tokens},
-            {"completion_tokens", e.completion_tokens}};
+            {"completion_tokens", e.completion_tokens},
+            {"cached_tokens", e.cached_tokens}};
   if (e.finished) {
     j["finish_reason"] = e.finish_reason;
     j["queue_seconds"] = e.queue_seconds;
@@ -260,6 +261,7 @@ StatusOr<SeqEvent> decode_event(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "error", &e.error, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "prompt_tokens", &e.prompt_tokens, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "completion_tokens", &e.completion_tokens, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "cached_tokens", &e.cached_tokens, kWhat));
   MOE_RETURN_IF_ERROR(get_logprobs(j, "logprobs", &e.logprobs, kWhat));
   MOE_RETURN_IF_ERROR(get_logprobs(j, "prompt_logprobs", &e.prompt_logprobs, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "queue_seconds", &e.queue_seconds, kWhat));
@@ -319,6 +321,14 @@ std::string encode_snapshot(const ServiceSnapshot& s) {
                {"iteration_tokens", s.iteration_tokens},
                {"iteration_tokens_sum", s.iteration_tokens_sum},
                {"preemptions", s.preemptions},
+               {"prefix_cache_queries", s.prefix_cache_queries},
+               {"prefix_cache_hits", s.prefix_cache_hits},
+               {"kv_disk_hits", s.kv_disk_hits},
+               {"kv_disk_hit_bytes", s.kv_disk_hit_bytes},
+               {"kv_disk_writes", s.kv_disk_writes},
+               {"kv_disk_write_bytes", s.kv_disk_write_bytes},
+               {"kv_disk_rejects", s.kv_disk_rejects},
+               {"kv_disk_write_failures", s.kv_disk_write_failures},
                {"moe_layers", s.moe_layers},
                {"expert_tokens", s.expert_tokens},
                {"worker_failures", s.worker_failures},
@@ -348,6 +358,14 @@ StatusOr<ServiceSnapshot> decode_snapshot(const std::string& text) {
   MOE_RETURN_IF_ERROR(get(j, "iteration_tokens", &s.iteration_tokens, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "iteration_tokens_sum", &s.iteration_tokens_sum, kWhat));
   MOE_RETURN_IF_ERROR(get(j, "preemptions", &s.preemptions, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "prefix_cache_queries", &s.prefix_cache_queries, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "prefix_cache_hits", &s.prefix_cache_hits, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_disk_hits", &s.kv_disk_hits, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_disk_hit_bytes", &s.kv_disk_hit_bytes, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_disk_writes", &s.kv_disk_writes, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_disk_write_bytes", &s.kv_disk_write_bytes, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_disk_rejects", &s.kv_disk_rejects, kWhat));
+  MOE_RETURN_IF_ERROR(get(j, "kv_disk_write_failures", &s.kv_disk_write_failures, kWhat));
   if (!s.iteration_tokens.empty() && s.iteration_tokens.size() != std::size(kIterationTokenBounds) + 1) {
     return invalid_argument("malformed snapshot: iteration_tokens has " + std::to_string(s.iteration_tokens.size()) +
                             " buckets, expected " + std::to_string(std::size(kIterationTokenBounds) + 1));

@@ -10,6 +10,8 @@
 //                      final one (finished = true). A stream that ends without a final
 //                      event means the worker died.
 //   POST /cancel       {"id":ID}
+//   POST /reset_prefix_cache  {} -> {} (GenerationService::reset_prefix_cache), or
+//                      {"error":{code,message}}
 //   GET  /info         ModelInfo
 //   GET  /snapshot     ServiceSnapshot
 //   GET  /health       ServiceHealth (always 200; the state is in the body)
