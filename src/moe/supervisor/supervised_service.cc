@@ -116,8 +116,7 @@ struct SupervisedService::State {
                    const std::shared_ptr<ReplyWaiter>& waiter);
   void report_failure(int gen, const std::string& reason);
   void abort_streams(std::optional<uint64_t> id);
-  // The serving group's endpoint port; 0 while none serves (restarting).
-  int serving_port() {
+  int serving_port() {  // the serving group's endpoint port; 0 while none serves (restarting)
     std::lock_guard<std::mutex> lock(mu);
     return mode == Mode::kServing ? port : 0;
   }
