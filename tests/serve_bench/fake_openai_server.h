@@ -2,6 +2,10 @@
 // tests: GET /v1/models, POST /v1/completions and /v1/chat/completions answering
 // max_tokens text chunks ("t0 ", "t1 ", ...) at known delays, then a usage chunk and
 // [DONE]. It records the bodies and headers it got and the most requests in flight.
+// With prefix_cache, it counts a prompt's tokens as its words + 1 (BOS) and reports as
+// usage.prompt_tokens_details.cached_tokens the longest run of leading words it shares
+// with an earlier request's prompt + answer (a chat's contents joined, as the plain
+// template does).
 #pragma once
 
 #include <httplib.h>
@@ -29,7 +33,24 @@ struct FakeServerConfig {
   bool error_event = false;  // an {"error": ...} event after the first chunk
   int threads = 96;          // server worker threads
   int max_model_len = 512;   // reported by /v1/models; 0: not reported
+  bool prefix_cache = false; // word-level prefix cache (above)
 };
+
+// Whitespace-separated words.
+inline std::vector<std::string> fake_words(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : text) {
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
 
 class FakeOpenAiServer {
  public:
@@ -91,6 +112,24 @@ class FakeOpenAiServer {
       return;
     }
     const int tokens = body.is_object() && body.contains("max_tokens") ? body["max_tokens"].get<int>() : 16;
+    // The prefix cache: the prompt's words, and how many lead an earlier prompt + answer.
+    std::string text;
+    std::vector<std::string> words;
+    int cached = 0;
+    if (cfg_.prefix_cache && body.is_object()) {
+      if (chat && body.contains("messages")) {
+        for (const auto& m : body["messages"]) text += m.value("content", std::string()) + "\n\n";
+      } else {
+        text = body.value("prompt", std::string());
+      }
+      words = fake_words(text);
+      std::lock_guard<std::mutex> g(mu_);
+      for (const std::vector<std::string>& seen : seen_) {
+        size_t k = 0;
+        while (k < words.size() && k < seen.size() && words[k] == seen[k]) ++k;
+        cached = std::max(cached, static_cast<int>(k));
+      }
+    }
     const bool usage = cfg_.usage && body.is_object() && body.contains("stream_options") &&
                        body["stream_options"].value("include_usage", false);
     const int now = ++in_flight_;
@@ -99,7 +138,7 @@ class FakeOpenAiServer {
     }
     FakeServerConfig cfg = cfg_;
     res.set_chunked_content_provider(
-        "text/event-stream", [this, cfg, tokens, usage, chat](size_t, httplib::DataSink& sink) {
+        "text/event-stream", [this, cfg, tokens, usage, chat, text, words, cached](size_t, httplib::DataSink& sink) {
           auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
           bool ok = true;
           if (chat) ok = write(event({{"choices", {{{"index", 0}, {"delta", {{"role", "assistant"}}}}}}}));
@@ -118,9 +157,24 @@ class FakeOpenAiServer {
             ok = write(event({{"choices", {choice}}}));
             if (ok && cfg.error_event && i == 0) ok = write(event({{"error", {{"message", "engine failure"}}}}));
           }
+          if (cfg.prefix_cache) {
+            std::string answered = text;  // the prompt and the answer streamed above
+            for (int i = 0; i < tokens; ++i) {
+              answered += 't';
+              answered += std::to_string(i);
+              answered += ' ';
+            }
+            std::vector<std::string> seen = fake_words(answered);
+            std::lock_guard<std::mutex> g(mu_);
+            seen_.push_back(std::move(seen));
+          }
           if (ok && usage) {
-            ok = write(event({{"choices", nlohmann::json::array()},
-                              {"usage", {{"prompt_tokens", cfg.prompt_tokens}, {"completion_tokens", tokens}}}}));
+            nlohmann::json u = {{"prompt_tokens", cfg.prompt_tokens}, {"completion_tokens", tokens}};
+            if (cfg.prefix_cache) {
+              u["prompt_tokens"] = static_cast<int>(words.size()) + 1;
+              u["prompt_tokens_details"] = {{"cached_tokens", cached}};
+            }
+            ok = write(event({{"choices", nlohmann::json::array()}, {"usage", u}}));
           }
           if (ok) write("data: [DONE]\n\n");
           --in_flight_;
@@ -137,6 +191,7 @@ class FakeOpenAiServer {
   mutable std::mutex mu_;
   std::vector<nlohmann::json> bodies_;
   std::vector<std::string> auth_;
+  std::vector<std::vector<std::string>> seen_;  // prefix_cache: earlier prompts + answers, in words
 };
 
 }  // namespace moe::testing

@@ -82,6 +82,16 @@ TEST(ServeBenchClient, RequestBody) {
   EXPECT_EQ(c["messages"][0]["role"], "user");
   EXPECT_EQ(c["messages"][0]["content"], "hi");
   EXPECT_EQ(c["ignore_eos"], true);
+  // a conversation's messages go as they are on chat; completions get the text
+  r.messages = {{"system", "be brief"}, {"user", "hi"}};
+  nlohmann::json m = sb::request_body(o, r);
+  ASSERT_EQ(m["messages"].size(), 2u);
+  EXPECT_EQ(m["messages"][0]["role"], "system");
+  EXPECT_EQ(m["messages"][0]["content"], "be brief");
+  EXPECT_EQ(m["messages"][1]["role"], "user");
+  o.endpoint = "/v1/completions";
+  EXPECT_EQ(sb::request_body(o, r)["prompt"], "hi");
+  EXPECT_FALSE(sb::request_body(o, r).contains("messages"));
 }
 
 TEST(ServeBenchClient, StreamsWithKnownDelaysUnderAConcurrencyLimit) {

@@ -187,3 +187,43 @@ TEST(ServeBenchSse, RecorderFailures) {
     EXPECT_EQ(rec.output().text_chunks, 0);
   }
 }
+
+TEST(ServeBenchSse, UsageCachedTokens) {
+  // OpenAI's and vLLM's shape
+  sb::Usage u = sb::parse_usage(nlohmann::json::parse(
+      R"({"prompt_tokens": 120, "completion_tokens": 8, "total_tokens": 128,
+          "prompt_tokens_details": {"cached_tokens": 96}})"));
+  EXPECT_EQ(u.prompt_tokens, 120);
+  EXPECT_EQ(u.completion_tokens, 8);
+  EXPECT_EQ(u.cached_tokens, 96);
+  // absent, null details (prefix caching off), null, negative or non-integer counts: not reported
+  for (const char* text : {R"({"prompt_tokens": 5, "completion_tokens": 1})",
+                           R"({"prompt_tokens": 5, "prompt_tokens_details": null})",
+                           R"({"prompt_tokens": 5, "prompt_tokens_details": {}})",
+                           R"({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": null}})",
+                           R"({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": -3}})",
+                           R"({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": "4"}})"}) {
+    sb::Usage v = sb::parse_usage(nlohmann::json::parse(text));
+    EXPECT_EQ(v.prompt_tokens, 5) << text;
+    EXPECT_FALSE(v.cached_tokens.has_value()) << text;
+  }
+  EXPECT_FALSE(sb::parse_usage(nlohmann::json(nullptr)).prompt_tokens.has_value());
+  EXPECT_EQ(sb::parse_usage(nlohmann::json::parse(R"({"prompt_tokens_details": {"cached_tokens": 0}})")).cached_tokens, 0);
+
+  // through a stream chunk into the record
+  auto c = sb::parse_stream_chunk(
+      R"({"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 32}}})",
+      false);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->cached_tokens, 32);
+  sb::StreamRecorder rec(false, 9);
+  rec.on_bytes("data: {\"choices\":[{\"text\":\"a\"}]}\n\n", 0.01);
+  EXPECT_EQ(rec.output().cached_tokens, -1);  // not reported (yet)
+  rec.on_bytes(R"(data: {"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":32}}})"
+               "\n\ndata: [DONE]\n\n",
+               0.02);
+  rec.finish(0.03);
+  EXPECT_TRUE(rec.output().success);
+  EXPECT_EQ(rec.output().cached_tokens, 32);
+  EXPECT_EQ(rec.output().prompt_len, 40);
+}

@@ -78,7 +78,11 @@ bool is_chat_endpoint(const std::string& endpoint) {
 nlohmann::json request_body(const ClientOptions& o, const SampleRequest& r) {
   nlohmann::json b;
   b["model"] = o.model;
-  if (is_chat_endpoint(o.endpoint)) {
+  if (is_chat_endpoint(o.endpoint) && !r.messages.empty()) {
+    nlohmann::json messages = nlohmann::json::array();
+    for (const ChatMessage& m : r.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
+    b["messages"] = std::move(messages);
+  } else if (is_chat_endpoint(o.endpoint)) {
     b["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", r.prompt}}});
   } else {
     b["prompt"] = r.prompt;

@@ -38,7 +38,8 @@ struct ClientOptions {
 
 bool is_chat_endpoint(const std::string& endpoint);  // ends in "chat/completions"
 
-// The JSON body: model, prompt (or messages: [{"role": "user", "content": prompt}]),
+// The JSON body: model, prompt (or messages: request.messages, else [{"role": "user",
+// "content": prompt}]),
 // max_tokens = output_len, temperature, stream: true, stream_options:
 // {include_usage: true}, and ignore_eos when asked.
 nlohmann::json request_body(const ClientOptions& options, const SampleRequest& request);

@@ -84,6 +84,22 @@ std::string synthetic_prompt(int tokens, uint64_t variant) {
   return out;
 }
 
+std::string synthetic_message(int words, uint64_t index) {
+  std::string out;
+  const int n = std::max(3, words);
+  uint64_t digits = index;
+  for (int i = 0; i < n; ++i) {
+    if (i) out.push_back(' ');
+    if (i < 3) {
+      out += kWords[digits % kNumWords];
+      digits /= kNumWords;
+    } else {
+      out += kWords[(index + static_cast<uint64_t>(i)) % kNumWords];
+    }
+  }
+  return out;
+}
+
 StatusOr<DatasetFormat> parse_dataset_format(const std::string& name) {
   if (name == "auto") return DatasetFormat::kAuto;
   if (name == "sharegpt") return DatasetFormat::kShareGpt;

@@ -45,9 +45,23 @@ int estimate_tokens(std::string_view text, double bytes_per_token = kDefaultByte
 // common English words, each one token of its vocabulary (checked in the tests),
 // separated by spaces; `variant` rotates the words so that prompts differ.
 std::string synthetic_prompt(int tokens, uint64_t variant);
+// A user message of `words` (>= 3) of the same words, no BOS: `words` tokens of the
+// shipped tokenizer. Its first three words spell `index` in base 50, so messages of
+// different indices (< 125,000) differ from the first word on: no two share a prefix.
+std::string synthetic_message(int words, uint64_t index);
+
+// One message of an OpenAI chat (`messages` of /v1/chat/completions).
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
 
 struct SampleRequest {
   std::string prompt;
+  // Sent as `messages` on a chat endpoint when not empty (multi-turn, shared-prefix
+  // workloads); else the chat is one user message of `prompt`. `prompt` is then the
+  // same conversation as one text, what a completions endpoint gets.
+  std::vector<ChatMessage> messages;
   int prompt_len = 0;       // client-side token count (BOS included)
   int output_len = 0;       // max_tokens
   double arrival_s = -1.0;  // trace arrival offset; < 0: none

@@ -45,6 +45,7 @@ void StreamRecorder::on_event(std::string_view data, double t) {
     out_.usage_reported = true;
   }
   if (c.prompt_tokens) out_.prompt_len = *c.prompt_tokens;
+  if (c.cached_tokens) out_.cached_tokens = *c.cached_tokens;
 }
 
 void StreamRecorder::finish(double t) {

@@ -22,6 +22,7 @@ struct RequestOutput {
   int prompt_len = 0;            // usage.prompt_tokens, else the client's estimate
   int output_tokens = -1;        // usage.completion_tokens; -1: the server sent no usage
   bool usage_reported = false;
+  int cached_tokens = -1;        // usage.prompt_tokens_details.cached_tokens; -1: not reported
   int text_chunks = 0;           // chunks with non-empty text
   std::string generated_text;
   std::string finish_reason;

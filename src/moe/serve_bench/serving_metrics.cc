@@ -237,6 +237,14 @@ bool selected(const ReportOptions& o, const std::string& key) {
 
 }  // namespace
 
+std::string report_line(const std::string& label, const std::string& value) {
+  std::ostringstream os;
+  line(os, label, value);
+  return os.str();
+}
+
+std::string report_title(const std::string& title, char fill) { return centered(title, fill) + "\n"; }
+
 std::string format_report(const BenchmarkMetrics& m, const ReportOptions& options) {
   std::ostringstream os;
   os << centered(" Serving Benchmark Result ", '=') << "\n";

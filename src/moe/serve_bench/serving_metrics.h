@@ -79,6 +79,10 @@ struct ReportOptions {
 };
 // vLLM's result table ("============ Serving Benchmark Result ============" ...).
 std::string format_report(const BenchmarkMetrics& m, const ReportOptions& options);
+// Pieces of that table for other sections: one "label value" line (label padded to 40,
+// value to 10, then "\n") and a title centred in 50 `fill` characters (then "\n").
+std::string report_line(const std::string& label, const std::string& value);
+std::string report_title(const std::string& title, char fill);
 
 // vLLM's result dict: the aggregate figures (duration, completed, ..., mean_ttft_ms,
 // p99_ttft_ms, ...) and the per-request arrays (input_lens, output_lens, ttfts, itls,

@@ -67,7 +67,24 @@ std::optional<int> int_field(const nlohmann::json& obj, const char* key) {
   return it->get<int>();
 }
 
+std::optional<int> count_field(const nlohmann::json& obj, const char* key) {
+  std::optional<int> v = int_field(obj, key);
+  if (v && *v < 0) return std::nullopt;
+  return v;
+}
+
 }  // namespace
+
+Usage parse_usage(const nlohmann::json& usage) {
+  Usage u;
+  if (!usage.is_object()) return u;
+  u.prompt_tokens = int_field(usage, "prompt_tokens");
+  u.completion_tokens = int_field(usage, "completion_tokens");
+  if (auto d = usage.find("prompt_tokens_details"); d != usage.end() && d->is_object()) {
+    u.cached_tokens = count_field(*d, "cached_tokens");
+  }
+  return u;
+}
 
 StatusOr<StreamChunk> parse_stream_chunk(std::string_view data, bool chat) {
   StreamChunk chunk;
@@ -107,8 +124,10 @@ StatusOr<StreamChunk> parse_stream_chunk(std::string_view data, bool chat) {
     }
   }
   if (auto it = j.find("usage"); it != j.end() && it->is_object()) {
-    chunk.prompt_tokens = int_field(*it, "prompt_tokens");
-    chunk.completion_tokens = int_field(*it, "completion_tokens");
+    const Usage u = parse_usage(*it);
+    chunk.prompt_tokens = u.prompt_tokens;
+    chunk.completion_tokens = u.completion_tokens;
+    chunk.cached_tokens = u.cached_tokens;
   }
   return chunk;
 }

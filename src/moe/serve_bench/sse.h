@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "moe/status.h"
 
 namespace moe::serve_bench {
@@ -43,8 +45,20 @@ struct StreamChunk {
   std::string finish_reason;      // choices[0].finish_reason when set
   std::optional<int> prompt_tokens;      // usage.prompt_tokens
   std::optional<int> completion_tokens;  // usage.completion_tokens
+  std::optional<int> cached_tokens;      // usage.prompt_tokens_details.cached_tokens
   std::string error;              // an {"error": ...} payload: its message
 };
+
+// An OpenAI `usage` object: prompt_tokens, completion_tokens and the prompt tokens the
+// server's prefix cache supplied, prompt_tokens_details.cached_tokens (OpenAI's and
+// vLLM's field). A field that is missing, null or not a non-negative integer is
+// nullopt (prompt_tokens_details is null when a server's prefix caching is off).
+struct Usage {
+  std::optional<int> prompt_tokens;
+  std::optional<int> completion_tokens;
+  std::optional<int> cached_tokens;
+};
+Usage parse_usage(const nlohmann::json& usage);
 
 // Decodes one event's data. `chat`: a /v1/chat/completions stream (delta.content)
 // instead of /v1/completions (text). InvalidArgument if the payload is not JSON.
