@@ -3,13 +3,20 @@
 // a dataset (ShareGPT JSON or an Azure/Splitwise trace CSV), sent streaming at a
 // Poisson/gamma rate or at the trace's arrival times, at most --max-concurrency in
 // flight; prints vLLM's result table (TTFT, TPOT, ITL, E2EL, throughput, goodput).
-// The pieces live in src/moe/serve_bench/ (the definitions are in metrics.h).
+// --workload multi-turn (conversations whose turns resend the whole conversation) and
+// --workload shared-prefix (one system prompt before every question) add per-turn TTFT
+// and the server's prefix-cache hit rate (usage.prompt_tokens_details.cached_tokens).
+// The pieces live in src/moe/serve_bench/ (the definitions are in serving_metrics.h,
+// workload.h and reuse_metrics.h).
 //
 //   moe bench serve --base-url http://127.0.0.1:8000
 //       --dataset ../shared/data/prompts/sharegpt_v3_filtered_500.json
 //       --num-prompts 100 --request-rate 4 --max-concurrency 16 --result-json r.json
+//   moe bench serve --base-url http://127.0.0.1:8000 --workload multi-turn
+//       --num-conversations 8 --turns 4 --think-time 0.5 --default-output-len 32
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -29,9 +36,12 @@
 #include "moe/core/text_format.h"
 #include "moe/model/tokenizer.h"
 #include "moe/serve_bench/client.h"
+#include "moe/serve_bench/conversation_runner.h"
 #include "moe/serve_bench/dataset.h"
+#include "moe/serve_bench/reuse_metrics.h"
 #include "moe/serve_bench/serving_metrics.h"
 #include "moe/serve_bench/schedule.h"
+#include "moe/serve_bench/workload.h"
 
 namespace moe::cli {
 namespace {
@@ -67,10 +77,85 @@ struct BenchServeFlags {
   double connect_timeout = 5.0;
   double request_timeout = 3600.0;
   bool disable_progress = false;
+  std::string workload = "single";
+  int num_conversations = 8;
+  int turns = 4;
+  double think_time = 0.0;
+  int shared_prefix_tokens = 256;
+  std::vector<std::string> given;  // the options on the command line, by name
 };
+
+// "error: <message>" and exit status 2: a usage error, as CLI11's own.
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 2;
+}
+
+bool given(const BenchServeFlags& f, const std::string& name) {
+  return std::find(f.given.begin(), f.given.end(), name) != f.given.end();
+}
+
+// Flags that only one workload reads are refused with another (accepted and ignored,
+// they would make a run look like what it is not); then the values of the workload's own.
+std::optional<std::string> check_workload_flags(const BenchServeFlags& f, sb::Workload w) {
+  struct Owned {
+    const char* flag;
+    bool used;
+    const char* by;
+  };
+  const bool multi = w == sb::Workload::kMultiTurn, shared = w == sb::Workload::kSharedPrefix;
+  const Owned owned[] = {
+      {"--num-conversations", multi, "--workload multi-turn"},
+      {"--turns", multi, "--workload multi-turn"},
+      {"--think-time", multi, "--workload multi-turn"},
+      {"--shared-prefix-tokens", shared, "--workload shared-prefix"},
+      {"--num-prompts", !multi, "--workload single and shared-prefix (multi-turn sends --num-conversations x --turns)"},
+      {"--trace-time-scale", w == sb::Workload::kSingle, "--workload single (trace replay)"},
+      {"--trace-token-scale", w == sb::Workload::kSingle, "--workload single (trace replay)"},
+  };
+  for (const Owned& o : owned) {
+    if (!o.used && given(f, o.flag)) {
+      return std::string(o.flag) + " is only read by " + o.by + ", not by --workload " + sb::workload_name(w);
+    }
+  }
+  if (w == sb::Workload::kSingle && f.dataset.empty()) {
+    return std::string("--dataset is required with --workload single (ShareGPT JSON or trace CSV)");
+  }
+  if (w != sb::Workload::kSingle && !f.dataset.empty()) {
+    StatusOr<sb::DatasetFormat> fmt = sb::parse_dataset_format(f.dataset_format);
+    if (fmt.ok()) fmt = sb::resolve_dataset_format(f.dataset, *fmt);
+    if (fmt.ok() && *fmt == sb::DatasetFormat::kTrace) {
+      return "--workload " + std::string(sb::workload_name(w)) +
+             " takes its messages from a ShareGPT JSON file, not a trace: '" + f.dataset + "'";
+    }
+  }
+  if (multi && f.turns < 1) return "--turns must be >= 1, got " + std::to_string(f.turns);
+  if (multi && f.num_conversations < 1) {
+    return "--num-conversations must be >= 1, got " + std::to_string(f.num_conversations);
+  }
+  if (multi && (!(f.think_time >= 0) || !std::isfinite(f.think_time))) {
+    return "--think-time must be >= 0 seconds, got " + format_python_float(f.think_time);
+  }
+  if (multi && static_cast<long long>(f.num_conversations) * f.turns > 1000000) {
+    return "--num-conversations x --turns must be <= 1000000";
+  }
+  if (shared && f.shared_prefix_tokens < 1) {
+    return "--shared-prefix-tokens must be >= 1, got " + std::to_string(f.shared_prefix_tokens);
+  }
+  return std::nullopt;
+}
 
 int run_bench_serve(BenchServeFlags f) {
   // Flags first, before touching the dataset or the network.
+  StatusOr<sb::Workload> workload = sb::parse_workload(f.workload);
+  if (!workload.ok()) return usage_error(workload.status().message());
+  if (std::optional<std::string> bad = check_workload_flags(f, *workload)) return usage_error(*bad);
+  const bool single = *workload == sb::Workload::kSingle;
+  if (*workload == sb::Workload::kSharedPrefix && f.max_model_len != 0 && f.shared_prefix_tokens >= f.max_model_len) {
+    return usage_error("--shared-prefix-tokens " + std::to_string(f.shared_prefix_tokens) +
+                       " leaves no room for a question and its answer in --max-model-len " +
+                       std::to_string(f.max_model_len));
+  }
   StatusOr<sb::BaseUrl> base = sb::parse_base_url(f.base_url);
   if (!base.ok()) return fail(base.status().message());
   if (f.endpoint.empty() || f.endpoint.front() != '/') return fail("--endpoint must start with '/', got '" + f.endpoint + "'");
@@ -93,9 +178,12 @@ int run_bench_serve(BenchServeFlags f) {
   if (f.max_model_len != 0 && f.max_model_len < 8) {
     return fail("--max-model-len must be >= 8, got " + std::to_string(f.max_model_len));
   }
-  StatusOr<sb::DatasetFormat> resolved = sb::resolve_dataset_format(f.dataset, *format);
-  if (!resolved.ok()) return fail(resolved.status().message());
-  if (!std::ifstream(f.dataset)) return fail("--dataset: cannot open '" + f.dataset + "': " + std::strerror(errno));
+  StatusOr<sb::DatasetFormat> resolved = sb::DatasetFormat::kShareGpt;  // no --dataset: synthetic messages
+  if (!f.dataset.empty()) {
+    resolved = sb::resolve_dataset_format(f.dataset, *format);
+    if (!resolved.ok()) return fail(resolved.status().message());
+    if (!std::ifstream(f.dataset)) return fail("--dataset: cannot open '" + f.dataset + "': " + std::strerror(errno));
+  }
   if (!(f.bytes_per_token > 0) || !std::isfinite(f.bytes_per_token)) return fail("--bytes-per-token must be > 0");
   if (!(f.temperature >= 0) || !std::isfinite(f.temperature)) return fail("--temperature must be >= 0");
   if (!(f.connect_timeout > 0) || !(f.request_timeout > 0)) return fail("--connect-timeout and --request-timeout must be > 0");
@@ -157,27 +245,89 @@ int run_bench_serve(BenchServeFlags f) {
     max_model_len_from = "default";
   }
 
+  // What to send: the dataset's rows (single), conversations of user messages
+  // (multi-turn) or questions after the shared prefix (shared-prefix); the messages and
+  // questions are the dataset's first human turns, else synthetic.
+  const bool multi = *workload == sb::Workload::kMultiTurn, shared = *workload == sb::Workload::kSharedPrefix;
+  const int output_len = f.sharegpt_output_len > 0 ? f.sharegpt_output_len : f.default_output_len;
+  const std::string output_flag = f.sharegpt_output_len > 0 ? "--sharegpt-output-len" : "--default-output-len";
+  const std::string context = "the max model length " + std::to_string(max_model_len) + " (" + max_model_len_from + ")";
   sb::DatasetOptions dopt;
-  dopt.num_prompts = f.num_prompts;
+  dopt.num_prompts = multi ? f.num_conversations * f.turns : f.num_prompts;
   dopt.seed = static_cast<uint64_t>(f.seed);
   dopt.max_model_len = max_model_len;
+  if (shared) {
+    // The questions are sampled to fit what the prefix leaves (4 tokens at least, as
+    // ShareGPT prompts, and the answer).
+    const int left = max_model_len - f.shared_prefix_tokens;
+    if (left < 8 || output_len + 4 > left) {
+      return usage_error("--shared-prefix-tokens " + std::to_string(f.shared_prefix_tokens) +
+                         " + a question + an answer of " + std::to_string(output_len) + " tokens (" + output_flag +
+                         ") do not fit " + context);
+    }
+    dopt.max_model_len = left;
+  }
   if (f.sharegpt_output_len > 0) dopt.fixed_output_len = f.sharegpt_output_len;
-  dopt.default_output_len = f.default_output_len;
+  // multi-turn, shared-prefix: the output length checked here (the default is unused
+  // beside a fixed one and must not be refused for a context it need not fit).
+  dopt.default_output_len = single ? f.default_output_len : output_len;
   dopt.trace_time_scale = f.trace_time_scale;
   dopt.trace_token_scale = f.trace_token_scale;
   dopt.count_tokens = count_tokens;
-  StatusOr<sb::Dataset> ds = sb::load_dataset(f.dataset, *resolved, dopt);
-  if (!ds.ok()) return fail(ds.status().message());
-  std::printf("%s\n", ds->summary.c_str());
+  std::vector<sb::SampleRequest> requests;  // multi-turn: the user messages, dealt out below
+  bool has_arrivals = false;
+  if (!f.dataset.empty()) {
+    StatusOr<sb::Dataset> ds = sb::load_dataset(f.dataset, *resolved, dopt);
+    if (!ds.ok()) return fail(ds.status().message());
+    std::printf("%s\n", ds->summary.c_str());
+    requests = std::move(ds->requests);
+    has_arrivals = ds->has_arrivals;
+  } else {
+    // Without --tokenizer the words count one token each (the shipped tokenizer's). The
+    // seed picks the messages: a new one sends text a warm server has not cached.
+    requests = sb::synthetic_messages(dopt.num_prompts, output_len,
+                                      f.tokenizer.empty() ? sb::TokenCounter() : count_tokens,
+                                      static_cast<uint64_t>(f.seed) * static_cast<uint64_t>(dopt.num_prompts));
+    std::printf("Synthetic %s: %d of %d words, output length %d\n", multi ? "user messages" : "questions",
+                dopt.num_prompts, sb::kSyntheticMessageWords, output_len);
+    if (multi && requests.front().prompt_len + output_len > max_model_len) {
+      return usage_error("a first turn of " + std::to_string(requests.front().prompt_len) + " tokens + " +
+                         output_flag + " " + std::to_string(output_len) + " do not fit " + context);
+    }
+  }
   std::printf("Max model length: %d (%s)\n", max_model_len, max_model_len_from);
+  std::vector<sb::Conversation> conversations;
+  if (multi) {
+    conversations = sb::deal_conversations(requests, f.num_conversations, f.turns);
+    std::printf("Workload: multi-turn, %d conversations x %d turns, think time %s s\n", f.num_conversations, f.turns,
+                format_python_float(f.think_time).c_str());
+  } else if (shared) {
+    // Its tokens: exact with --tokenizer; else the synthetic words are one token each.
+    const std::string prefix =
+        sb::shared_prefix_text(f.shared_prefix_tokens, f.tokenizer.empty() ? sb::TokenCounter() : count_tokens);
+    const int prefix_tokens = f.tokenizer.empty() ? f.shared_prefix_tokens : count_tokens(prefix);
+    std::vector<sb::SampleRequest> built = sb::shared_prefix_requests(prefix, prefix_tokens, requests, count_tokens);
+    requests.clear();
+    for (sb::SampleRequest& r : built) {
+      if (r.prompt_len + r.output_len <= max_model_len) requests.push_back(std::move(r));
+    }
+    if (requests.empty()) {
+      return usage_error("--shared-prefix-tokens " + std::to_string(f.shared_prefix_tokens) + " + a question + " +
+                         output_flag + " " + std::to_string(output_len) + " do not fit " + context);
+    }
+    std::printf("Workload: shared-prefix, a system prompt of %d tokens before each of %zu questions", f.shared_prefix_tokens,
+                requests.size());
+    if (requests.size() < built.size()) std::printf(" (%zu longer than the context dropped)", built.size() - requests.size());
+    std::printf("\n");
+  }
 
   std::vector<double> arrivals;
-  const bool replay = ds->has_arrivals && !f.request_rate_given;
+  const bool replay = has_arrivals && !f.request_rate_given;
   if (replay) {
-    for (const sb::SampleRequest& r : ds->requests) arrivals.push_back(r.arrival_s);
+    for (const sb::SampleRequest& r : requests) arrivals.push_back(r.arrival_s);
   } else {
-    StatusOr<std::vector<double>> a =
-        sb::request_arrivals(static_cast<int>(ds->requests.size()), *rate, f.burstiness, static_cast<uint64_t>(f.seed));
+    const int n = multi ? f.num_conversations : static_cast<int>(requests.size());
+    StatusOr<std::vector<double>> a = sb::request_arrivals(n, *rate, f.burstiness, static_cast<uint64_t>(f.seed));
     if (!a.ok()) return fail(a.status().message());
     arrivals = std::move(a).value();
   }
@@ -187,11 +337,12 @@ int run_bench_serve(BenchServeFlags f) {
   if (replay) {
     std::printf("Traffic: trace arrival times (time scale %s)\n", format_python_float(f.trace_time_scale).c_str());
   } else {
-    std::printf("Traffic request rate: %s\n", std::isinf(*rate) ? "inf" : format_python_float(*rate).c_str());
+    std::printf("%s: %s\n", multi ? "Conversation start rate" : "Traffic request rate",
+                std::isinf(*rate) ? "inf" : format_python_float(*rate).c_str());
     std::printf("Burstiness factor: %s (%s)\n", format_python_float(f.burstiness).c_str(),
                 f.burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
   }
-  std::printf("Maximum request concurrency: %s\n",
+  std::printf("%s: %s\n", multi ? "Maximum concurrent conversations" : "Maximum request concurrency",
               f.max_concurrency > 0 ? std::to_string(f.max_concurrency).c_str() : "None");
   std::fflush(stdout);
 
@@ -205,7 +356,27 @@ int run_bench_serve(BenchServeFlags f) {
       std::fflush(stderr);
     };
   }
-  sb::RunResult run = sb::run_benchmark(copt, ds->requests, arrivals, f.max_concurrency, progress, 1.0);
+  sb::RunResult run;
+  sb::ConversationRunResult conv;
+  std::vector<bool> later;  // turns 2+ (multi-turn), requests 2+ (shared-prefix)
+  if (multi) {
+    sb::ConversationRunOptions ro;
+    ro.max_concurrency = f.max_concurrency;
+    ro.think_time_s = f.think_time;
+    ro.max_model_len = max_model_len;
+    ro.count_tokens = count_tokens;
+    ro.progress = progress;
+    conv = sb::run_conversations(copt, conversations, arrivals, ro);
+    run.outputs = std::move(conv.outputs);
+    run.duration_s = conv.duration_s;
+    for (int t : conv.turn_of) later.push_back(t > 1);
+  } else {
+    run = sb::run_benchmark(copt, requests, arrivals, f.max_concurrency, progress, 1.0);
+    for (size_t i = 0; i < run.outputs.size(); ++i) later.push_back(shared && i > 0);
+  }
+  if (run.outputs.empty()) {
+    return fail("no request was sent: every conversation's first turn + its max_tokens exceeds " + context);
+  }
 
   sb::BenchmarkMetrics m = sb::calculate_metrics(run.outputs, run.duration_s, *percentiles, *slo);
   sb::ReportOptions ropt;
@@ -228,6 +399,20 @@ int run_bench_serve(BenchServeFlags f) {
                    too_long);
     }
   }
+  sb::ReuseReport reuse;
+  reuse.workload = *workload;
+  reuse.num_conversations = f.num_conversations;
+  reuse.turns = f.turns;
+  reuse.think_time_s = f.think_time;
+  reuse.conversations_stopped_early = conv.stopped_early;
+  reuse.conversations_ended_by_failure = conv.ended_by_failure;
+  reuse.shared_prefix_tokens = f.shared_prefix_tokens;
+  reuse.reuse = sb::prefix_reuse(run.outputs, later);
+  reuse.ttft = sb::turn_ttft(run.outputs, later);
+  if (!single) {
+    std::fputs(sb::format_reuse_report(reuse).c_str(), stdout);
+    std::fflush(stdout);
+  }
 
   if (!f.result_json.empty()) {
     nlohmann::json j;
@@ -241,8 +426,8 @@ int run_bench_serve(BenchServeFlags f) {
     j["endpoint"] = f.endpoint;
     j["model_id"] = copt.model;
     j["tokenizer_id"] = f.tokenizer.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.tokenizer);
-    j["dataset"] = f.dataset;
-    j["num_prompts"] = f.num_prompts;
+    j["dataset"] = f.dataset.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.dataset);
+    j["num_prompts"] = single ? f.num_prompts : static_cast<int>(run.outputs.size());
     j["request_rate"] = replay ? nlohmann::json("trace") : std::isinf(*rate) ? nlohmann::json("inf") : nlohmann::json(*rate);
     j["burstiness"] = f.burstiness;
     j["max_concurrency"] = f.max_concurrency > 0 ? nlohmann::json(f.max_concurrency) : nlohmann::json(nullptr);
@@ -256,13 +441,31 @@ int run_bench_serve(BenchServeFlags f) {
     if (slo->e2el_ms) goodput["e2el"] = *slo->e2el_ms;
     j["goodput_slo_ms"] = goodput;
     nlohmann::json requested_output = nlohmann::json::array(), arrivals_json = nlohmann::json::array();
-    for (size_t i = 0; i < ds->requests.size(); ++i) {
-      requested_output.push_back(ds->requests[i].output_len);
-      arrivals_json.push_back(arrivals[i]);
+    if (multi) {  // per request sent; the arrivals are the conversations'
+      for (size_t i = 0; i < run.outputs.size(); ++i) {
+        const sb::Conversation& c = conversations[static_cast<size_t>(conv.conversation_of[i])];
+        requested_output.push_back(c.turns[static_cast<size_t>(conv.turn_of[i] - 1)].output_len);
+      }
+      arrivals_json = arrivals;
+    } else {
+      for (size_t i = 0; i < requests.size(); ++i) {
+        requested_output.push_back(requests[i].output_len);
+        arrivals_json.push_back(arrivals[i]);
+      }
     }
     j["requested_output_lens"] = std::move(requested_output);
     j["scheduled_arrivals"] = std::move(arrivals_json);
     j.update(sb::metrics_json(m, run.outputs, ropt));
+    j.update(sb::reuse_json(reuse));
+    if (!single) {
+      nlohmann::json cached = nlohmann::json::array();
+      for (const sb::RequestOutput& o : run.outputs) cached.push_back(o.cached_tokens >= 0 ? o.cached_tokens : 0);
+      j["cached_tokens_per_request"] = std::move(cached);
+    }
+    if (multi) {
+      j["conversation_ids"] = conv.conversation_of;
+      j["turn_ids"] = conv.turn_of;
+    }
     Status st = write_file_atomically(f.result_json, j.dump(2) + "\n");
     if (!st.ok()) return fail("--result-json: cannot write '" + f.result_json + "': " + st.message());
   }
@@ -277,8 +480,9 @@ RunFn add_bench_serve_command(CLI::App& cmd) {
   cmd.add_option("--base-url", f->base_url, "Server base URL, e.g. http://127.0.0.1:8000")->required();
   cmd.add_option("--endpoint", f->endpoint, "/v1/completions or /v1/chat/completions")->capture_default_str();
   cmd.add_option("--model", f->model, "Model name to send (default: the first of GET /v1/models)");
-  cmd.add_option("--dataset", f->dataset, "ShareGPT JSON or trace CSV (arrived_at,num_prefill_tokens,num_decode_tokens)")
-      ->required();
+  cmd.add_option("--dataset", f->dataset,
+                 "ShareGPT JSON or trace CSV (arrived_at,num_prefill_tokens,num_decode_tokens); required by "
+                 "--workload single, else the user messages (default: synthetic)");
   cmd.add_option("--dataset-format", f->dataset_format, "auto (by extension), sharegpt or trace")
       ->check(CLI::IsMember({"auto", "sharegpt", "trace"}))
       ->capture_default_str();
@@ -317,9 +521,24 @@ RunFn add_bench_serve_command(CLI::App& cmd) {
   cmd.add_option("--request-timeout", f->request_timeout, "Seconds of silence before a request fails")
       ->capture_default_str();
   cmd.add_flag("--disable-progress", f->disable_progress, "No progress lines on stderr");
-  return [f, rate] {
+  cmd.add_option("--workload", f->workload,
+                 "single (one request per dataset row), multi-turn (conversations resending their history) or "
+                 "shared-prefix (one system prompt before every question)")
+      ->capture_default_str();
+  cmd.add_option("--num-conversations", f->num_conversations, "multi-turn: conversations to run")
+      ->capture_default_str();
+  cmd.add_option("--turns", f->turns, "multi-turn: turns per conversation")->capture_default_str();
+  cmd.add_option("--think-time", f->think_time, "multi-turn: seconds between an answer and the next turn")
+      ->capture_default_str();
+  cmd.add_option("--shared-prefix-tokens", f->shared_prefix_tokens,
+                 "shared-prefix: tokens of the system prompt shared by every request (BOS included)")
+      ->capture_default_str();
+  return [f, rate, &cmd] {
     BenchServeFlags flags = *f;
     flags.request_rate_given = rate->count() > 0;
+    for (const CLI::Option* o : cmd.get_options()) {
+      if (o->count() > 0) flags.given.push_back(o->get_name());
+    }
     return run_bench_serve(flags);
   };
 }
