@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -312,6 +314,121 @@ TEST(SchedulerKv, OneHugeRequestWaitsOrIsPreemptedButFinishes) {
   auto never = run.sched->submit(huge, s.sink(3));
   ASSERT_FALSE(never.ok());
   EXPECT_NE(never.status().message().find("never fit"), std::string::npos);
+}
+
+
+// The disk tier: a second scheduler on the same directory (a restart) finds the first
+// one's blocks; corrupt block files are refused and recomputed; an unusable directory
+// serves without the tier.
+class SchedulerKvDisk : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::make_temp_dir("kv_disk"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  SchedulerOptions with_disk() const {
+    SchedulerOptions o;
+    o.kv_block_size = 4;
+    o.kv_offload_dir = dir_ + "/kv";
+    return o;
+  }
+  std::string dir_;
+};
+
+TEST_F(SchedulerKvDisk, ARestartReadsThePrefixBackFromDisk) {
+  auto engine = open_engine();
+  const SeqRequest r = request(kSystem + kQuestions[0], 6, 1);
+  const std::vector<Out> ref = alone(engine.get(), {r});
+  {
+    Running run(engine.get(), with_disk());
+    Sinks s;
+    ASSERT_TRUE(run.sched->submit(r, s.sink(0)).ok());
+    EXPECT_EQ(s.wait(0).tokens, ref[0].tokens);
+  }  // the tier writes what is queued before it closes
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/kv")) files += e.path().extension() == ".kvb";
+  const int full_blocks = (ref[0].prompt_tokens + 6 - 1) / 4;  // blocks filled by computed tokens
+  EXPECT_EQ(files, static_cast<size_t>(full_blocks));
+  Running run(engine.get(), with_disk());
+  Sinks s;
+  ASSERT_TRUE(run.sched->submit(r, s.sink(0)).ok());
+  const Out out = s.wait(0);
+  EXPECT_EQ(out.tokens, ref[0].tokens);
+  EXPECT_EQ(out.cached_tokens, (out.prompt_tokens - 1) / 4 * 4);
+  const ServiceSnapshot snap = run.sched->snapshot();
+  EXPECT_EQ(snap.kv_disk_hits, (out.prompt_tokens - 1) / 4);
+  EXPECT_EQ(snap.kv_disk_rejects, 0);
+}
+
+TEST_F(SchedulerKvDisk, CorruptBlockFilesAreRefusedAndRecomputed) {
+  auto engine = open_engine();
+  const SeqRequest r = request(kSystem, 4, 0);
+  const std::vector<Out> ref = alone(engine.get(), {r});
+  {
+    Running run(engine.get(), with_disk());
+    Sinks s;
+    ASSERT_TRUE(run.sched->submit(r, s.sink(0)).ok());
+    s.wait(0);
+  }
+  // Flip the last byte (payload) of every block file.
+  int corrupted = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/kv")) {
+    if (e.path().extension() != ".kvb") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char c = static_cast<char>(f.get() ^ 0x5a);
+    f.seekp(-1, std::ios::end);
+    f.put(c);
+    ++corrupted;
+  }
+  ASSERT_GT(corrupted, 0);
+  Running run(engine.get(), with_disk());
+  Sinks s;
+  ASSERT_TRUE(run.sched->submit(r, s.sink(0)).ok());
+  const Out out = s.wait(0);
+  EXPECT_EQ(out.tokens, ref[0].tokens);
+  EXPECT_EQ(out.cached_tokens, 0);
+  const ServiceSnapshot snap = run.sched->snapshot();
+  EXPECT_EQ(snap.kv_disk_hits, 0);
+  EXPECT_EQ(snap.kv_disk_rejects, 1) << "the first block's file is refused; the prefix ends there";
+}
+
+TEST_F(SchedulerKvDisk, AnotherKvDtypeNeverReadsTheseBlocks) {
+  auto engine = open_engine();
+  const SeqRequest r = request(kSystem, 4, 0);
+  {
+    Running run(engine.get(), with_disk());
+    Sinks s;
+    ASSERT_TRUE(run.sched->submit(r, s.sink(0)).ok());
+    s.wait(0);
+  }
+  EngineOptions eo;
+  eo.model_dir = testing::tiny_model_dir();
+  eo.batch_invariant = true;
+  eo.kv_dtype = "bf16";
+  auto bf16 = Engine::open(eo);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().message();
+  const std::vector<Out> ref = alone(bf16->get(), {r});
+  Running run(bf16->get(), with_disk());
+  Sinks s;
+  ASSERT_TRUE(run.sched->submit(r, s.sink(0)).ok());
+  const Out out = s.wait(0);
+  EXPECT_EQ(out.tokens, ref[0].tokens);
+  EXPECT_EQ(out.cached_tokens, 0);
+  EXPECT_EQ(run.sched->snapshot().kv_disk_hits, 0);
+}
+
+TEST_F(SchedulerKvDisk, AnUnusableDirectoryServesWithoutTheTier) {
+  auto engine = open_engine();
+  std::ofstream(dir_ + "/file") << "x";
+  SchedulerOptions o = with_disk();
+  o.kv_offload_dir = dir_ + "/file/sub";  // under a regular file: fails for root too
+  Running run(engine.get(), o);
+  Sinks s;
+  ASSERT_TRUE(run.sched->submit(request(kSystem, 3, 0), s.sink(0)).ok());
+  EXPECT_EQ(s.wait(0).finish_reason, "length");
+  EXPECT_EQ(run.sched->snapshot().kv_disk_writes, 0);
+  SchedulerOptions off = with_disk();
+  off.enable_prefix_caching = false;
+  EXPECT_EQ(Scheduler::create(engine.get(), off).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
 // starting with "FAIL" ends with "error" after one token. submit() answers like the
 // Scheduler: InvalidArgument when prompt + max_tokens exceeds `context`, Unavailable
 // after shutdown(); shutdown(grace) lets requests run for `grace`, then aborts them.
-// health() reports what set_health() set.
+// health() reports what set_health() set. Events carry `cached_tokens`;
+// reset_prefix_cache() counts its calls.
 // Logprobs (SeqRequest::logprobs = k >= 0): generated token number t (0-based) gets
 // logprob -(t + 1) / 8 and top entries j = 0..k-1 of id 'A' + j with logprob -(j + 1) / 4;
 // prompt_logprobs (k >= 0): the first event lists every prompt token (BOS = 1, then
@@ -189,6 +190,13 @@ class FakeService final : public GenerationService {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
   }
+  // Every event reports this many cached prompt tokens (usage.prompt_tokens_details).
+  std::atomic<int> cached_tokens{0};
+  std::atomic<int> prefix_cache_resets{0};
+  Status reset_prefix_cache() override {
+    ++prefix_cache_resets;
+    return ok_status();
+  }
   std::string token_bytes(int id) const override {
     if (id == 1 || id == 2 || id < 0) return "";
     return id < 128 ? std::string(1, static_cast<char>(id)) : "<" + std::to_string(id) + ">";
@@ -220,6 +228,7 @@ class FakeService final : public GenerationService {
         Req& r = it->second;
         SeqEvent ev;
         ev.prompt_tokens = r.prompt_tokens;
+        ev.cached_tokens = cached_tokens.load();
         if (r.cancelled || abort_all) {
           ev.finished = true;
           ev.finish_reason = "abort";

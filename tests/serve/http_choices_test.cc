@@ -87,7 +87,7 @@ TEST_F(HttpChoicesTest, NChoicesAreSeededSeedPlusIndex) {
     EXPECT_EQ(j["choices"][i]["text"], "ab");
   }
   // Prompt "abc" = 4 tokens, counted once; 3 choices x 2 tokens.
-  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 4}, {"completion_tokens", 6}, {"total_tokens", 10}}));
+  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 4}, {"completion_tokens", 6}, {"total_tokens", 10}, {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   const std::vector<SeqRequest> seen = service_.requests();
   ASSERT_EQ(seen.size(), 3u);
   std::set<uint64_t> seeds;
@@ -183,7 +183,7 @@ TEST_F(HttpChoicesTest, StreamedChoicesInterleaveAndEachComplete) {
     EXPECT_EQ(finishes[i], 1) << i;
     EXPECT_EQ(logprob_entries[i], 4) << i;
   }
-  EXPECT_EQ(usage, json({{"prompt_tokens", 6}, {"completion_tokens", 12}, {"total_tokens", 18}}));
+  EXPECT_EQ(usage, json({{"prompt_tokens", 6}, {"completion_tokens", 12}, {"total_tokens", 18}, {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
 }
 
 TEST_F(HttpChoicesTest, ClientGoneCancelsEveryChoice) {

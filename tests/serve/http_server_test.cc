@@ -160,7 +160,7 @@ TEST_F(HttpServerTest, Completion) {
   EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
   EXPECT_EQ(j["choices"][0]["text"], "hel");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(j["usage"], json::parse(R"({"prompt_tokens":6,"completion_tokens":3,"total_tokens":9})"));
+  EXPECT_EQ(j["usage"], json::parse(R"({"prompt_tokens":6,"completion_tokens":3,"total_tokens":9,"prompt_tokens_details":{"cached_tokens":0}})"));
   // The request reached the service as OpenAI's defaults say.
   const SeqRequest seen = service_.last_request();
   EXPECT_EQ(seen.prompt, "hello");
@@ -234,7 +234,7 @@ TEST_F(HttpServerTest, StreamedChatWithUsage) {
   for (int i = 0; i < 4; ++i) EXPECT_TRUE(json::parse(payloads[i])["usage"].is_null());
   json usage = json::parse(payloads[4]);
   EXPECT_TRUE(usage["choices"].empty());
-  EXPECT_EQ(usage["usage"], json::parse(R"({"prompt_tokens":3,"completion_tokens":3,"total_tokens":6})"));
+  EXPECT_EQ(usage["usage"], json::parse(R"({"prompt_tokens":3,"completion_tokens":3,"total_tokens":6,"prompt_tokens_details":{"cached_tokens":0}})"));
 }
 
 TEST_F(HttpServerTest, BadInputGetsErrorJsonAndServerStaysUp) {
@@ -313,6 +313,49 @@ TEST_F(HttpServerTest, BadInputGetsErrorJsonAndServerStaysUp) {
   for (size_t i = 0; i + 1 < payloads.size(); ++i) text += json::parse(payloads[i])["choices"][0]["text"];
   EXPECT_EQ(text, long_prompt);
   EXPECT_TRUE(service_.cancelled().empty());
+}
+
+TEST_F(HttpServerTest, PrefixCacheUsageSaltsAndReset) {
+  ServerOptions o;
+  o.api_keys = {"k1", "k2"};
+  start(o);
+  service_.cached_tokens = 3;
+  const json body = {{"model", "fake"}, {"prompt", "abcd"}, {"max_tokens", 2}, {"cache_salt", "s"}};
+  const httplib::Headers k1 = {{"Authorization", "Bearer k1"}}, k2 = {{"Authorization", "Bearer k2"}};
+  auto a = completion(body, k1);
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->status, 200) << a->body;
+  EXPECT_EQ(json::parse(a->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  json streamed = body;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  auto s = completion(streamed, k1);
+  ASSERT_TRUE(s);
+  const auto payloads = sse_payloads(s->body);
+  ASSERT_GE(payloads.size(), 2u);
+  EXPECT_EQ(json::parse(payloads[payloads.size() - 2])["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  ASSERT_EQ(completion(body, k2)->status, 200);
+  const std::vector<SeqRequest> reqs = service_.requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  // One key's requests share a salt, another key's differ; each ends with the client's
+  // salt and never holds the key itself.
+  EXPECT_EQ(reqs[0].cache_salt, reqs[1].cache_salt);
+  EXPECT_NE(reqs[0].cache_salt, reqs[2].cache_salt);
+  for (const SeqRequest& r : reqs) {
+    EXPECT_EQ(r.cache_salt.substr(r.cache_salt.size() - 2), "\ns") << r.cache_salt;
+    EXPECT_EQ(r.cache_salt.find("k1"), std::string::npos);
+    EXPECT_EQ(r.cache_salt.rfind("tenant:", 0), 0u) << r.cache_salt;
+  }
+  // POST /reset_prefix_cache: behind the key.
+  auto denied = client()->Post("/reset_prefix_cache", "", "application/json");
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(service_.prefix_cache_resets.load(), 0);
+  auto reset = client()->Post("/reset_prefix_cache", k2, "", "application/json");
+  ASSERT_TRUE(reset);
+  EXPECT_EQ(reset->status, 200);
+  EXPECT_EQ(service_.prefix_cache_resets.load(), 1);
+  expect_error(client()->Get("/reset_prefix_cache", k2), 405);
 }
 
 TEST_F(HttpServerTest, ApiKeys) {

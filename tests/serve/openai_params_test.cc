@@ -252,6 +252,15 @@ TEST(OpenAiParams, UnsupportedFieldsAreRefusedByName) {
                         {"include_stop_str_in_output", false}, {"length_penalty", 1}, {"best_of", 1}}));
 }
 
+TEST(OpenAiParams, CacheSalt) {
+  EXPECT_EQ(parse_ok(Endpoint::kCompletions, cmpl({{"cache_salt", "tenant-7"}})).seq.cache_salt, "tenant-7");
+  EXPECT_EQ(parse_ok(Endpoint::kChatCompletions, chat({{"cache_salt", std::string(256, 's')}})).seq.cache_salt.size(), 256u);
+  EXPECT_EQ(parse_ok(Endpoint::kCompletions, cmpl({{"cache_salt", nullptr}})).seq.cache_salt, "");
+  expect_bad(Endpoint::kCompletions, cmpl({{"cache_salt", 5}}), "cache_salt", "a string");
+  expect_bad(Endpoint::kCompletions, cmpl({{"cache_salt", ""}}), "cache_salt", "non-empty");
+  expect_bad(Endpoint::kChatCompletions, chat({{"cache_salt", std::string(257, 's')}}), "cache_salt", "at most 256");
+}
+
 TEST(OpenAiParams, SequenceRequestsArePromptMajorWithSeedPlusSample) {
   OpenAiRequest r = parse_ok(kCmpl, {{"prompt", {"a", "b"}}, {"n", 3}, {"seed", 10}, {"logprobs", 2},
                                      {"echo", true}, {"max_tokens", 7}});

@@ -227,7 +227,7 @@ TEST(OpenAiProtocol, ResponseObjects) {
   EXPECT_EQ(c["choices"][0]["index"], 0);
   EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
   EXPECT_TRUE(c["choices"][0]["logprobs"].is_null());
-  EXPECT_EQ(c["usage"], json::parse(R"({"prompt_tokens":3,"completion_tokens":2,"total_tokens":5})"));
+  EXPECT_EQ(c["usage"], json::parse(R"({"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":0}})"));
   json cc = json::parse(chat_completion_json(meta, "hi", "stop", {1, 1}));
   EXPECT_EQ(cc["object"], "chat.completion");
   EXPECT_EQ(cc["choices"][0]["message"], json::parse(R"({"role":"assistant","content":"hi"})"));

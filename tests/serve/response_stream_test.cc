@@ -79,7 +79,7 @@ TEST(ResponseStream, NonStreamedChoicesUsageCountsEachPromptOnce) {
     EXPECT_TRUE(j["choices"][i]["logprobs"].is_null());
   }
   // Prompts of 3 and 5 tokens, each counted once; completions 3 + 1 + 2 + 4.
-  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 8}, {"completion_tokens", 10}, {"total_tokens", 18}}));
+  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 8}, {"completion_tokens", 10}, {"total_tokens", 18}, {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
 }
 
 TEST(ResponseStream, CompletionLogprobsWithEcho) {

@@ -36,6 +36,7 @@ TEST(WorkerProtocolTest, RequestRoundTripsEveryField) {
   r.response_format = "json_schema";
   r.json_schema = R"({"type":"object"})";
   r.resume_token_ids = {5, 6, 7};
+  r.cache_salt = "tenant:ab\nsession-1";
   auto d = decode_request(encode_request(r));
   ASSERT_TRUE(d.ok()) << d.status().message();
   const SeqRequest& g = d.value();
@@ -59,6 +60,7 @@ TEST(WorkerProtocolTest, RequestRoundTripsEveryField) {
   EXPECT_EQ(g.response_format, "json_schema");
   EXPECT_EQ(g.json_schema, r.json_schema);
   EXPECT_EQ(g.resume_token_ids, r.resume_token_ids);
+  EXPECT_EQ(g.cache_salt, r.cache_salt);
 
   SeqRequest unseeded;
   unseeded.prompt = "x";
@@ -97,6 +99,7 @@ TEST(WorkerProtocolTest, EventRoundTrips) {
   e.token_ids = {10, 11};
   e.prompt_tokens = 4;
   e.completion_tokens = 9;
+  e.cached_tokens = 3;
   auto d = decode_event(encode_event(e));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d.value().text, e.text);
@@ -104,6 +107,7 @@ TEST(WorkerProtocolTest, EventRoundTrips) {
   EXPECT_FALSE(d.value().finished);
   EXPECT_EQ(d.value().prompt_tokens, 4);
   EXPECT_EQ(d.value().completion_tokens, 9);
+  EXPECT_EQ(d.value().cached_tokens, 3);
 
   SeqEvent f;
   f.finished = true;
@@ -184,11 +188,22 @@ TEST(WorkerProtocolTest, ModelInfoSnapshotAndHealthRoundTrip) {
   s.recoveries = 1;
   s.replayed_requests = 6;
   s.recovery_seconds = {1.25};
+  s.preemptions = 7;
+  s.prefix_cache_queries = 800;
+  s.prefix_cache_hits = 640;
+  s.kv_disk_hits = 9;
+  s.kv_disk_hit_bytes = 90;
+  s.kv_disk_writes = 11;
+  s.kv_disk_write_bytes = 110;
+  s.kv_disk_rejects = 1;
+  s.kv_disk_write_failures = 2;
   auto ds = decode_snapshot(encode_snapshot(s));
   ASSERT_TRUE(ds.ok());
   EXPECT_EQ(encode_snapshot(ds.value()), encode_snapshot(s));
   EXPECT_EQ(ds.value().expert_tokens, s.expert_tokens);
   EXPECT_EQ(ds.value().recovery_seconds, s.recovery_seconds);
+  EXPECT_EQ(ds.value().prefix_cache_hits, 640);
+  EXPECT_EQ(ds.value().kv_disk_write_failures, 2);
 
   ServiceHealth h;
   h.state = "stalled";
