@@ -317,6 +317,34 @@ TEST(SchedulerKv, OneHugeRequestWaitsOrIsPreemptedButFinishes) {
 }
 
 
+TEST(SchedulerKv, AReplayedRequestThatIsPreemptedStillEndsExact) {
+  // The supervisor replays a request after a worker failure with the tokens it had
+  // delivered (resume_token_ids); here that replay is also preempted, more than once.
+  auto engine = open_engine();
+  std::vector<SeqRequest> reqs;
+  for (size_t i = 0; i < kQuestions.size(); ++i) reqs.push_back(request(kQuestions[i], 40, static_cast<int>(i)));
+  const std::vector<Out> ref = alone(engine.get(), reqs);
+  SchedulerOptions o;
+  o.kv_block_size = 4;
+  o.kv_cache_tokens = 64;
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 16;
+  Running run(engine.get(), o);
+  Sinks s;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SeqRequest r = reqs[i];
+    const size_t k = 5 + 3 * i;  // tokens delivered before the failure
+    r.resume_token_ids.assign(ref[i].tokens.begin(), ref[i].tokens.begin() + static_cast<long>(k));
+    ASSERT_TRUE(run.sched->submit(r, s.sink(static_cast<int>(i))).ok());
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const Out out = s.wait(static_cast<int>(i));
+    const size_t k = 5 + 3 * i;
+    EXPECT_EQ(out.tokens, std::vector<int>(ref[i].tokens.begin() + static_cast<long>(k), ref[i].tokens.end())) << i;
+  }
+  EXPECT_GT(run.sched->snapshot().preemptions, 0);
+}
+
 // The disk tier: a second scheduler on the same directory (a restart) finds the first
 // one's blocks; corrupt block files are refused and recomputed; an unusable directory
 // serves without the tier.

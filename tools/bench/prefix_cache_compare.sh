@@ -8,11 +8,15 @@
 #
 # Usage: tools/bench/prefix_cache_compare.sh MOE MODEL_DIR OUT [ROUNDS] [GGUF LLAMA_SERVER]
 #   env: CONVS (8), TURNS (4), OUTPUT_LEN (16), THREADS (2), DATASET (ShareGPT JSON; default
-#   the shared 500-prompt file), EXTRA_MOE_ARGS (e.g. "--matmul-precision medium").
+#   the shared 500-prompt file; "none": synthetic 32-word messages), MAX_MODEL_LEN (4096),
+#   EXTRA_MOE_ARGS (e.g. "--matmul-precision medium").
 set -euo pipefail
 MOE=$1 MODEL=$2 OUT=$3 ROUNDS=${4:-2} GGUF=${5:-} LLAMA=${6:-}
 CONVS=${CONVS:-8} TURNS=${TURNS:-4} OUTPUT_LEN=${OUTPUT_LEN:-16} THREADS=${THREADS:-2}
 DATASET=${DATASET:-$(dirname "$0")/../../../shared/data/prompts/sharegpt_v3_filtered_500.json}
+MAX_MODEL_LEN=${MAX_MODEL_LEN:-4096}
+DATASET_ARGS=(--dataset "$DATASET")
+[ "$DATASET" = none ] && DATASET_ARGS=()
 mkdir -p "$OUT"
 PORT=18610
 wait_up() {
@@ -23,23 +27,24 @@ wait_up() {
   echo "server on port $PORT did not come up" >&2
   return 1
 }
-run_one() {  # name, then the server command
+run_one() {  # name, then the server command (a fresh port each run: no TIME_WAIT clash)
   local name=$1; shift
+  PORT=$((PORT + 1))
   "$@" > "$OUT/$name.server.log" 2>&1 &
   local pid=$!
   wait_up
   "$MOE" bench serve --base-url "http://127.0.0.1:$PORT" --tokenizer "$MODEL" --workload multi-turn \
     --num-conversations "$CONVS" --turns "$TURNS" --default-output-len "$OUTPUT_LEN" --max-concurrency 1 \
-    --dataset "$DATASET" --seed 1 --ignore-eos --temperature 0 --max-model-len 4096 --disable-progress \
+    "${DATASET_ARGS[@]}" --seed 1 --ignore-eos --temperature 0 --max-model-len "$MAX_MODEL_LEN" --disable-progress \
     --result-json "$OUT/$name.json" > "$OUT/$name.txt" 2>&1
   kill "$pid"; wait "$pid" 2> /dev/null || true
 }
 for r in $(seq 1 "$ROUNDS"); do
-  run_one "$r-moe-cache" "$MOE" serve --model "$MODEL" --port "$PORT" --threads "$THREADS" ${EXTRA_MOE_ARGS:-}
-  run_one "$r-moe-nocache" "$MOE" serve --model "$MODEL" --port "$PORT" --threads "$THREADS" \
+  run_one "$r-moe-cache" "$MOE" serve --model "$MODEL" --port "$((PORT + 1))" --threads "$THREADS" ${EXTRA_MOE_ARGS:-}
+  run_one "$r-moe-nocache" "$MOE" serve --model "$MODEL" --port "$((PORT + 1))" --threads "$THREADS" \
     --no-enable-prefix-caching ${EXTRA_MOE_ARGS:-}
   if [ -n "$GGUF" ]; then
-    run_one "$r-llama" "$LLAMA" -m "$GGUF" --port "$PORT" -t "$THREADS" -c 8192 -np 1
+    run_one "$r-llama" "$LLAMA" -m "$GGUF" --port "$((PORT + 1))" -t "$THREADS" -c 8192 -np 1
   fi
 done
 /usr/bin/python3 - "$OUT" <<'EOF'
