@@ -46,6 +46,16 @@ TEST(ServeCli, BadFlagValuesNameTheFlag) {
       {"--comm-timeout inf", "--comm-timeout"},
       {"--liveness-timeout 0", "--liveness-timeout must be a finite number of seconds > 0"},
       {"--liveness-timeout 60", "--liveness-timeout (60) must be below --comm-timeout (60)"},
+      {"--kv-cache-memory-bytes -1", "--kv-cache-memory-bytes must be >= 0"},
+      {"--kv-cache-memory-bytes 1000000 --kv-cache-tokens 64", "--kv-cache-tokens and --kv-cache-memory-bytes both"},
+      {"--memory-utilization 0", "--memory-utilization must be in (0, 1]"},
+      {"--gpu-memory-utilization 1.5", "--memory-utilization must be in (0, 1]"},
+      {"--enable-prefix-caching --no-enable-prefix-caching", "--enable-prefix-caching and --no-enable-prefix-caching"},
+      {"--kv-reserve-max-tokens", "--kv-reserve-max-tokens needs --no-enable-prefix-caching"},
+      {"--kv-offload-dir /tmp/x --no-enable-prefix-caching", "--kv-offload-dir needs prefix caching"},
+      {"--kv-offload-bytes 0", "--kv-offload-bytes must be >= 1"},
+      // A pool that cannot fit beside the weights: refused at start, with the numbers.
+      {"--kv-cache-memory-bytes 1000000000000000", "the KV cache ("},
   };
   for (const auto& [flags, name] : cases) {
     auto r = serve(flags);
