@@ -46,6 +46,18 @@ TEST(MemoryLimit, CgroupV1TheSmallestOnThePathWins) {
   EXPECT_EQ(m.source, t.root + "/memory/job/memory.limit_in_bytes");
 }
 
+TEST(MemoryLimit, AContainersMountAtAnAncestorIsFound) {
+  // /proc/self/cgroup names the host's path; the container sees its own cgroup as the root.
+  FakeTree t;
+  write(t.meminfo, "MemTotal: 1000000 kB\n");
+  write(t.proc, "4:memory:/process_api/abc/job\n");
+  write(t.root + "/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  write(t.root + "/memory/job/memory.limit_in_bytes", "123456789\n");
+  const MemoryLimit m = t.read();
+  EXPECT_EQ(m.bytes, 123456789u);
+  EXPECT_EQ(m.source, t.root + "/memory/job/memory.limit_in_bytes");
+}
+
 TEST(MemoryLimit, CgroupV2MemoryMax) {
   FakeTree t;
   write(t.meminfo, "MemTotal: 1000000 kB\n");

@@ -23,13 +23,21 @@ bool read_limit(const std::string& path, uint64_t* out) {
   }
 }
 
-// "/a/b/c" -> {"/a/b/c", "/a/b", "/a", ""} (the cgroup and its ancestors, root last).
-std::vector<std::string> ancestors(std::string path) {
+// "/a/b/c" -> {"/a/b/c", "/a/b", "/a", ""} (the cgroup and its ancestors, root last), and
+// the same for each tail of it ("/b/c", "/c"): in a container without a cgroup namespace,
+// /proc/self/cgroup names the path from the host's root while the container's
+// /sys/fs/cgroup is mounted at some ancestor, so the cgroup may sit at a tail of the path.
+std::vector<std::string> ancestors(const std::string& full) {
   std::vector<std::string> out;
-  while (!path.empty() && path != "/") {
-    out.push_back(path);
-    const size_t slash = path.rfind('/');
-    path = slash == std::string::npos ? std::string() : path.substr(0, slash);
+  std::string tail = full;
+  while (!tail.empty() && tail != "/") {
+    for (std::string path = tail; !path.empty() && path != "/";) {
+      out.push_back(path);
+      const size_t slash = path.rfind('/');
+      path = slash == std::string::npos ? std::string() : path.substr(0, slash);
+    }
+    const size_t next = tail.find('/', 1);
+    tail = next == std::string::npos ? std::string() : tail.substr(next);
   }
   out.push_back("");
   return out;

@@ -1,6 +1,8 @@
 // How much memory this process may use: the smallest of the machine's MemTotal and the
 // memory limits of the cgroups it is in (v2 memory.max, v1 memory.limit_in_bytes, each
-// of its cgroup and of that cgroup's ancestors, as the kernel enforces all of them).
+// of its cgroup and of that cgroup's ancestors, as the kernel enforces all of them; the
+// cgroup is also looked for at each tail of its path, for containers that mount the
+// cgroup tree at an ancestor without a cgroup namespace).
 // Sizing the KV pool by it keeps a server under a container's limit from being
 // OOM-killed at its first large batch.
 #pragma once

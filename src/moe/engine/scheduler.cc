@@ -207,7 +207,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
     if (derived) {
       return failed_precondition("no room for a KV cache: the weights (" + gb(weights) + ") leave " + gb(room) + " of " +
                                 gb(o.memory_utilization * static_cast<double>(limit.bytes)) + " (memory_utilization " +
-                                std::to_string(o.memory_utilization) + " of " + gb(static_cast<double>(limit.bytes)) +
+                                format_g(o.memory_utilization) + " of " + gb(static_cast<double>(limit.bytes)) +
                                 ", " + limit.source + "), less than one block of " +
                                 std::to_string(o.kv_block_size) + " tokens (" + gb(o.kv_block_size * bytes_per_token) +
                                 ")");
@@ -221,7 +221,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
                               gb(pool_bytes) + ") and the weights (" + gb(weights) + ") need " +
                               gb(pool_bytes + weights) + ", more than the " +
                               gb(o.memory_utilization * static_cast<double>(limit.bytes)) +
-                              " this process may use (memory_utilization " + std::to_string(o.memory_utilization) +
+                              " this process may use (memory_utilization " + format_g(o.memory_utilization) +
                               " of " + gb(static_cast<double>(limit.bytes)) + ", " + limit.source +
                               "): give a smaller kv_cache_tokens or kv_cache_memory_bytes");
   }
