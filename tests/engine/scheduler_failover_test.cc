@@ -65,8 +65,9 @@ struct Outcome {
 
 // Rank 2 vanishes after start-up and a few steps' exchanges (80 operations), or as
 // `rank2` says; `rebalance_every` > 0 turns live rebalancing on (every expert movable).
+// `kv_cache_tokens` > 0: a pool of that many tokens in blocks of 4 (small enough to preempt).
 Outcome serve_and_lose_rank2(int min_replicas, FaultPlan rank2 = FaultPlan{.vanish_after_ops = 80},
-                             int rebalance_every = 0, double failover_wait = 0) {
+                             int rebalance_every = 0, double failover_wait = 0, int64_t kv_cache_tokens = 0) {
   Outcome o;
   const std::string dir = testing::make_temp_dir("gloo_failover");
   std::vector<std::thread> threads;
@@ -104,6 +105,10 @@ Outcome serve_and_lose_rank2(int min_replicas, FaultPlan rank2 = FaultPlan{.vani
       so.max_num_seqs = 4;
       so.idle_heartbeat_seconds = 0.5;
       so.liveness_timeout_seconds = 30;
+      if (kv_cache_tokens > 0) {
+        so.kv_block_size = 4;
+        so.kv_cache_tokens = kv_cache_tokens;
+      }
       auto sched = Scheduler::create(engine.value().get(), so);
       if (!sched.ok()) {
         o.run = sched.status();
@@ -153,6 +158,23 @@ TEST(SchedulerFailover, ReplicasOnSurvivorsKeepEveryRequestExact) {
   EXPECT_EQ(o.snap.degraded_tokens, 0);  // every expert had a replica on a survivor
   ASSERT_EQ(o.snap.failover_seconds.size(), 1u);
   EXPECT_GT(o.snap.failover_seconds[0], 0);
+}
+
+// Sequences preempted (a pool of 14 blocks for three that grow to 11-13) while rank 2
+// dies: every request still ends exact.
+TEST(SchedulerFailover, PreemptionAcrossAFailoverStaysExact) {
+  const auto ref = reference();
+  const Outcome o = serve_and_lose_rank2(/*min_replicas=*/2, FaultPlan{.vanish_after_ops = 80}, 0, 0,
+                                         /*kv_cache_tokens=*/56);
+  EXPECT_TRUE(o.run.ok()) << o.run.to_string();
+  ASSERT_EQ(o.during.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(o.during[static_cast<size_t>(i)].finish_reason, "length") << o.during[static_cast<size_t>(i)].error;
+    EXPECT_EQ(o.during[static_cast<size_t>(i)].tokens, ref[static_cast<size_t>(i)]) << kPrompts[i];
+  }
+  EXPECT_EQ(o.after.tokens, ref[0]);
+  EXPECT_EQ(o.snap.failovers, 1);
+  EXPECT_GT(o.snap.preemptions, 0);
 }
 
 TEST(SchedulerFailover, LostExpertsAreReroutedThenReReplicated) {

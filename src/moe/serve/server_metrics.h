@@ -10,6 +10,10 @@
 //   moe:kv_cache_usage_perc                               gauge, fraction of KV blocks used [0, 1]
 //   moe:kv_cache_blocks_total / moe:kv_cache_blocks_used  gauges
 //   moe:engine_steps_total                                counter
+//   moe:num_preemptions_total, moe:prefix_cache_queries_total, moe:prefix_cache_hits_total
+//                                                          counters (as vLLM's below)
+//   moe:kv_disk_hits_total / _hit_bytes_total / _writes_total / _write_bytes_total /
+//   moe:kv_disk_rejects_total / _write_failures_total     counters, the KV disk tier
 //   moe:expert_routed_tokens_total{layer,expert}          counter, routed assignments
 //   moe:worker_failures_total / moe:recoveries_total /     counters of the supervisor
 //   moe:replayed_requests_total                            (`moe serve --supervise`; 0 otherwise)
@@ -37,7 +41,8 @@
 //   vllm:kv_cache_usage_perc, vllm:gpu_cache_usage_perc   gauges, fraction of KV blocks used [0, 1]
 //   vllm:cpu_cache_usage_perc                             gauge, 0 (no CPU swap space)
 //   vllm:prompt_tokens_total / vllm:generation_tokens_total   counters
-//   vllm:num_preemptions_total                            counter, 0: the scheduler never preempts
+//   vllm:num_preemptions_total                            counter, sequences preempted (recomputed later)
+//   vllm:prefix_cache_queries_total / _hits_total         counters, prompt tokens looked up / found cached
 //   vllm:request_success_total{finished_reason}           counter
 //   vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
 //   vllm:time_per_output_token_seconds (vLLM's older name of the same),
