@@ -79,6 +79,10 @@ TEST(SchedulerTokenizerTest, FinalEventTimingsAndTokensPerStep) {
   SchedulerOptions o;
   o.kv_block_size = 16;
   o.kv_cache_tokens = 64;  // room for one request at a time: the second waits
+  // Each request's whole KV held from admission, so the second waits for the first (on
+  // demand, both would run at once).
+  o.reserve_max_tokens = true;
+  o.enable_prefix_caching = false;
   auto created = Scheduler::create(engine.get(), o);
   ASSERT_TRUE(created.ok()) << created.status().message();
   Scheduler& s = *created.value();
