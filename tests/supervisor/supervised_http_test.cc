@@ -110,7 +110,7 @@ TEST_F(SupervisedHttpTest, StreamedCompletionSurvivesTheGroupsDeath) {
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("moe:worker_failures_total 1\n"), std::string::npos) << metrics->body;
   EXPECT_NE(metrics->body.find("moe:recoveries_total 1\n"), std::string::npos);
-  EXPECT_NE(metrics->body.find("moe:replayed_requests_total 1\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("moe:replayed_requests_total 1\n"), std::string::npos) << metrics->body;
   EXPECT_NE(metrics->body.find("moe:recovery_seconds_count 1\n"), std::string::npos);
   // A second scrape does not count the same recovery again.
   EXPECT_NE(cli.Get("/metrics")->body.find("moe:recovery_seconds_count 1\n"), std::string::npos);
