@@ -71,11 +71,11 @@ std::optional<RequestJournal::Attempt> RequestJournal::begin_attempt(uint64_t id
   return a;
 }
 
-bool RequestJournal::detach(uint64_t id) {
+bool RequestJournal::detach(uint64_t id, int only_attempt) {
   auto e = find(id);
   if (!e) return false;
   std::lock_guard<std::mutex> lock(e->mu);
-  if (e->finished) return false;
+  if (e->finished || (only_attempt >= 0 && e->attempt != only_attempt)) return false;
   ++e->attempt;  // no attempt has this number yet: every earlier one is stale
   e->attached = false;
   return true;

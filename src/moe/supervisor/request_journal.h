@@ -47,8 +47,10 @@ class RequestJournal {
   };
   std::optional<Attempt> begin_attempt(uint64_t id);
   // Makes every attempt of `id` stale (later events of it are dropped) and the request
-  // unattached: waiting for a new attempt. Returns false if the request finished.
-  bool detach(uint64_t id);
+  // unattached: waiting for a new attempt. Returns false if the request finished. With
+  // `only_attempt` >= 0, only while that attempt is the current one (false otherwise): an
+  // attempt that failed late must not detach the replay already started after it.
+  bool detach(uint64_t id, int only_attempt = -1);
   // Unfinished, not cancelled requests with no attempt under way (submission order).
   std::vector<uint64_t> unattached() const;
 

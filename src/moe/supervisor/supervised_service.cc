@@ -162,10 +162,6 @@ void SupervisedService::State::start_attempt(uint64_t id, const std::shared_ptr<
     if (waiter) waiter->set(Status(StatusCode::kUnavailable, "finished"));
     return;
   }
-  if (a->replay) {
-    std::lock_guard<std::mutex> lock(mu);
-    ++replayed;
-  }
   auto attempt = std::make_unique<Attempt>();
   attempt->stream = std::make_shared<SubmitStream>(worker_port, options.control_timeout_seconds);
   attempt->id = id;
@@ -187,6 +183,10 @@ void SupervisedService::State::run_attempt(Attempt& self, uint64_t id, const Req
       [&](const StatusOr<uint64_t>& reply) {
         const bool taken = waiter != nullptr && waiter->set(reply);
         if (reply.ok()) {
+          if (a.replay) {  // counted once a group takes it (not for a try at a dying group)
+            std::lock_guard<std::mutex> lock(mu);
+            ++replayed;
+          }
           journal.clear_deadline(id);
           return journal.is_current(id, a.number);
         }
@@ -209,10 +209,10 @@ void SupervisedService::State::run_attempt(Attempt& self, uint64_t id, const Req
         final_seen = finished;
         return true;
       });
-  if (final_seen || refused_as_bad || !journal.is_current(id, a.number)) return;
+  if (final_seen || refused_as_bad) return;
   // Not finished on this group: it waits for a new attempt (the sweeper starts one once a
-  // group serves), and the group is suspect.
-  journal.detach(id);
+  // group serves), and the group is suspect. Unless a newer attempt has begun meanwhile.
+  if (!journal.detach(id, a.number)) return;
   journal.set_deadline(id, Clock::now() + to_duration(options.recovery_timeout_seconds));
   report_failure(gen, failure.empty() ? "request " + std::to_string(id) + ": " + st.message() : failure);
 }
