@@ -6,57 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "moe/scheduler.h"
+#include "seq_results.h"
 #include "test_util.h"
 
 namespace moe {
 namespace {
 
-struct Out {
-  std::vector<int> tokens;
-  std::vector<TokenLogprob> prompt_logprobs;
-  std::string finish_reason, error;
-  int cached_tokens = -1, prompt_tokens = 0;
-  bool done = false;
-};
-
-class Sinks {
- public:
-  SeqSink sink(int key) {
-    return [this, key](SeqEvent&& ev) {
-      std::lock_guard<std::mutex> lock(mu_);
-      Out& o = out_[key];
-      EXPECT_FALSE(o.done) << "event after the final one";
-      o.tokens.insert(o.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-      for (auto& lp : ev.prompt_logprobs) o.prompt_logprobs.push_back(lp);
-      o.cached_tokens = ev.cached_tokens;
-      o.prompt_tokens = ev.prompt_tokens;
-      if (ev.finished) {
-        o.done = true;
-        o.finish_reason = ev.finish_reason;
-        o.error = ev.error;
-        cv_.notify_all();
-      }
-    };
-  }
-  Out wait(int key) {
-    std::unique_lock<std::mutex> lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(120), [&] { return out_[key].done; })) << key;
-    return out_[key];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<int, Out> out_;
-};
+using Out = testing::SeqResult;
+using Sinks = testing::SeqResults;
 
 struct Running {
   std::unique_ptr<Scheduler> sched;
