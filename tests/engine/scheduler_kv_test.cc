@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "moe/scheduler.h"
+#include "running_scheduler.h"
 #include "seq_results.h"
 #include "test_util.h"
 
@@ -20,29 +21,7 @@ namespace {
 using Out = testing::SeqResult;
 using Sinks = testing::SeqResults;
 
-struct Running {
-  std::unique_ptr<Scheduler> sched;
-  std::thread loop;
-  Status status = ok_status();
-  Running(Engine* engine, const SchedulerOptions& o) {
-    auto s = Scheduler::create(engine, o);
-    EXPECT_TRUE(s.ok()) << s.status().message();
-    sched = std::move(s).value();
-    loop = std::thread([this] { status = sched->run(); });
-  }
-  ~Running() {
-    sched->shutdown(0);
-    loop.join();
-  }
-  ServiceSnapshot settled(const std::function<bool(const ServiceSnapshot&)>& ok) const {
-    ServiceSnapshot snap = sched->snapshot();
-    for (int i = 0; i < 400 && !ok(snap); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      snap = sched->snapshot();
-    }
-    return snap;
-  }
-};
+using Running = testing::RunningScheduler;
 
 std::unique_ptr<Engine> open_engine() {
   EngineOptions o;

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "running_scheduler.h"
 #include "test_util.h"
 
 namespace moe {
@@ -62,32 +63,8 @@ class Collector {
   std::map<int, Outcome> out_;
 };
 
-// Snapshots are published at step boundaries, just after the events: poll briefly.
-ServiceSnapshot settled(const Scheduler& s, const std::function<bool(const ServiceSnapshot&)>& ok) {
-  ServiceSnapshot snap = s.snapshot();
-  for (int i = 0; i < 200 && !ok(snap); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    snap = s.snapshot();
-  }
-  return snap;
-}
-
-// A scheduler running on its own thread; stopped on destruction.
-struct Running {
-  std::unique_ptr<Scheduler> sched;
-  std::thread loop;
-  Status status = ok_status();
-  Running(Engine* engine, const SchedulerOptions& o) {
-    auto s = Scheduler::create(engine, o);
-    EXPECT_TRUE(s.ok()) << s.status().message();
-    sched = std::move(s).value();
-    loop = std::thread([this] { status = sched->run(); });
-  }
-  ~Running() {
-    sched->shutdown(0);
-    loop.join();
-  }
-};
+using Running = testing::RunningScheduler;
+using testing::settled;
 
 std::unique_ptr<Engine> open_engine(const std::string& dir, bool invariant = true) {
   EngineOptions o;
