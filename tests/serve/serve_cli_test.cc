@@ -53,7 +53,8 @@ TEST(ServeCli, BadFlagValuesNameTheFlag) {
       {"--enable-prefix-caching --no-enable-prefix-caching", "--enable-prefix-caching and --no-enable-prefix-caching"},
       {"--kv-reserve-max-tokens", "--kv-reserve-max-tokens needs --no-enable-prefix-caching"},
       {"--kv-offload-dir /tmp/x --no-enable-prefix-caching", "--kv-offload-dir needs prefix caching"},
-      {"--kv-offload-bytes 0", "--kv-offload-bytes must be >= 1"},
+      {"--kv-offload-bytes -1", "--kv-offload-bytes must be >= 0"},
+      {"--kv-offload-bytes 1000000", "--kv-offload-bytes needs --kv-offload-dir"},
       // A pool that cannot fit beside the weights: refused at start, with the numbers.
       {"--kv-cache-memory-bytes 1000000000000000", "the KV cache ("},
   };

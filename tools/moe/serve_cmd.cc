@@ -68,7 +68,8 @@ std::string check_serve_flags(const ServeFlags& f, bool check_engine) {
     return "--kv-reserve-max-tokens needs --no-enable-prefix-caching (reserved worst cases and shared prefix blocks "
            "do not mix)";
   }
-  if (f.kv_offload_bytes < 1) return "--kv-offload-bytes must be >= 1 (got " + std::to_string(f.kv_offload_bytes) + ")";
+  if (f.kv_offload_bytes < 0) return "--kv-offload-bytes must be >= 0 (got " + std::to_string(f.kv_offload_bytes) + ")";
+  if (f.kv_offload_bytes > 0 && f.kv_offload_dir.empty()) return "--kv-offload-bytes needs --kv-offload-dir";
   if (!f.kv_offload_dir.empty() && f.no_enable_prefix_caching) {
     return "--kv-offload-dir needs prefix caching (it holds cached prefix blocks): drop --no-enable-prefix-caching";
   }
@@ -145,7 +146,7 @@ SchedulerOptions scheduler_options(const ServeFlags& f) {
   so.enable_prefix_caching = !f.no_enable_prefix_caching;
   so.reserve_max_tokens = f.kv_reserve_max_tokens;
   so.kv_offload_dir = f.kv_offload_dir;
-  so.kv_offload_bytes = static_cast<uint64_t>(f.kv_offload_bytes);
+  if (f.kv_offload_bytes > 0) so.kv_offload_bytes = static_cast<uint64_t>(f.kv_offload_bytes);
   so.idle_heartbeat_seconds = f.engine.idle_heartbeat_seconds();
   so.liveness_timeout_seconds = f.effective_liveness_timeout();
   return so;
@@ -258,7 +259,7 @@ RunFn add_serve_command(CLI::App& app) {
                  "Disk tier of the prefix cache: cached KV blocks are also written here (one verified file per "
                  "block) and read back on a miss, across restarts");
   app.add_option("--kv-offload-bytes", f->kv_offload_bytes,
-                 "Bound on --kv-offload-dir's block files (least recently used go first)")
+                 "Bound on --kv-offload-dir's block files (least recently used go first); 0 = 4 GiB")
       ->capture_default_str();
   app.add_flag("--kv-reserve-max-tokens", f->kv_reserve_max_tokens,
                "Reserve each request's prompt + max_tokens of KV at admission (never preempts; holds the worst "

@@ -32,7 +32,7 @@ struct ServeFlags {
   bool enable_prefix_caching = false, no_enable_prefix_caching = false;  // default: on
   bool kv_reserve_max_tokens = false;
   std::string kv_offload_dir;                 // --kv-offload-dir: the disk tier of cached blocks
-  int64_t kv_offload_bytes = int64_t{4} << 30;  // --kv-offload-bytes
+  int64_t kv_offload_bytes = 0;               // --kv-offload-bytes; 0 = 4 GiB (with --kv-offload-dir)
   int max_tokens_limit = 0;
   int max_n = 16;  // largest `n` (choices per prompt) a request may ask for
   int64_t max_body_bytes = 1 << 20;
