@@ -1,5 +1,6 @@
-// Over 600 lines: the Scheduler is one state machine (State: admission, the step, detokenization,
-// stop handling, timings and its GenerationService methods) whose parts share its private state.
+// Over 600 lines: the Scheduler is one state machine (State, scheduler_state.h: the step,
+// detokenization, stop handling, timings and its GenerationService methods) whose parts share its
+// private state; the KV policy (admission, preemption, pool size, disk tier) is in scheduler_kv.cc.
 #include "moe/scheduler.h"
 
 #include <algorithm>
@@ -18,16 +19,13 @@
 
 #include "moe/core/clock.h"
 #include "moe/core/logging.h"
-#include "moe/core/memory_limit.h"
 #include "moe/core/phase_timer.h"
-#include "moe/core/text_format.h"
 #include "moe/engine/detokenizer.h"
 #include "moe/engine/engine_core.h"
 #include "moe/engine/logits_processor.h"
 #include "moe/engine/json_decoding.h"
 #include "moe/engine/request_validation.h"
-#include "moe/kv/block_manager.h"
-#include "moe/kv/disk_tier.h"
+#include "moe/engine/scheduler_state.h"
 #include "moe/runtime/ep_session.h"
 #include "moe/transformer/paged_kv_cache.h"
 
@@ -35,39 +33,6 @@ namespace moe {
 namespace {
 
 
-struct Seq {
-  uint64_t id = 0;
-  SeqRequest req;
-  SeqSink sink;
-  std::vector<int> tokens;  // prompt + output
-  int64_t prompt_len = 0;
-  int64_t prefill_len = 0;  // prompt + resumed tokens (SeqRequest.resume_token_ids): prefilled, then decodes
-  int64_t cached = 0;       // tokens whose K/V are in the cache
-  bool done = false;        // finished: leaves the running batch after this step
-  bool preempt = false;     // gives its blocks back this step, then waits (recompute)
-  int64_t admitted = 0;     // admission order (the newest running sequence is preempted first)
-  int cached_prompt = 0;    // prompt tokens served from the prefix cache at first admission
-  int dp_group = 0;  // DP-attention: the group whose attention replica holds its KV (set at admission)
-  std::unique_ptr<RequestSampler> sampler;    // logit_bias, penalties, sampling, logprobs
-  std::vector<TokenLogprob> logprobs;         // of the output tokens not sent yet (req.logprobs >= 0)
-  std::vector<TokenLogprob> prompt_logprobs;  // built while prefilling (req.prompt_logprobs >= 0)
-  bool prompt_logprobs_sent = false;
-  std::vector<float> chunk_logits;            // [chunk, vocab]: every row of a prompt chunk, for prompt_logprobs
-  std::unique_ptr<JsonConstraint> json;  // response_format json_object / json_schema (else null)
-  std::vector<float> raw_logits;         // json with logprobs: the logits before the grammar's mask
-  // Incremental detokenization (as Hugging Face TGI / vLLM do): `text` is the
-  // continuation so far; tokens [prefix_offset, read_offset) are the already-decoded
-  // context whose decoded text is cut off the decode of [prefix_offset, end), so a
-  // first word keeps its leading space and each step decodes a few tokens, not the
-  // whole sequence.
-  std::string text;
-  size_t prefix_offset = 0, read_offset = 0;
-  size_t emitted = 0;       // bytes of the continuation sent
-  size_t tokens_sent = 0;   // output tokens sent
-  std::vector<float> logits;
-  // now_seconds() at submit, admission, the first and the latest token generated (0 = not yet).
-  double submitted_at = 0, scheduled_at = 0, first_token_at = 0, last_token_at = 0;
-};
 
 // The final event's engine timings (SeqEvent::queue_seconds ...).
 void set_timings(const Seq& s, SeqEvent& ev) {
@@ -87,93 +52,12 @@ size_t iteration_bucket(int64_t tokens) {
 
 int64_t blocks_for(int64_t tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
-// SchedulerOptions::prefix_hash_bits_for_test: XXH3-128 cut to its low `bits` bits.
-std::function<KvBlockHash(const KvBlockHash&, std::span<const int32_t>)> truncated_hash(int bits) {
-  if (bits <= 0) return nullptr;
-  const uint64_t mask = bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
-  return [mask](const KvBlockHash& parent, std::span<const int32_t> tokens) {
-    KvBlockHash h = kv_block_hash(parent, tokens);
-    return KvBlockHash{0, h.low & mask};
-  };
-}
-
 bool is_stop_token(const SeqRequest& req, int token) {
   return std::find(req.stop_token_ids.begin(), req.stop_token_ids.end(), token) != req.stop_token_ids.end();
 }
 
 }  // namespace
 
-struct Scheduler::State {
-  EngineCore* core = nullptr;  // the engine's decoder, tokenizer, config, stats, EP session
-  SchedulerOptions options;
-  std::unique_ptr<PagedKVCache> kv;
-  // One block manager per attention group (DP-attention: each group's pool is its own;
-  // one without DP). A sequence's block table lives in its group's manager.
-  std::vector<std::unique_ptr<KvBlockManager>> kvm;
-  std::unique_ptr<KvDiskTier> disk;  // --kv-offload-dir (else null)
-  std::vector<uint8_t> block_buf;    // one block's bytes, for the disk tier
-  int64_t admissions = 0;
-  int64_t preemptions = 0;
-  std::atomic<bool> reset_requested{false};  // POST /reset_prefix_cache, applied between steps
-  ConstraintVocabCache constraint_vocab;  // built at the first constrained request
-
-  // Shared with submitting threads, under mu.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::unique_ptr<Seq>> incoming;
-  std::unordered_set<uint64_t> cancelled;
-  uint64_t next_id = 1;
-  bool shutting_down = false;
-  std::string refusal;  // why submit() refuses once the engine has failed (guarded by mu)
-  double shutdown_deadline = 0;
-
-  // The scheduler thread's own.
-  std::deque<std::unique_ptr<Seq>> waiting;
-  std::vector<std::unique_ptr<Seq>> running;
-
-  mutable std::mutex snap_mu;
-  ServiceSnapshot snap;
-  // For health(): when the running step began (now_seconds(); 0 = none running), and
-  // the error that ended run() (under snap_mu).
-  std::atomic<double> step_started{0};
-  std::string failure;
-
-  // Final event (text cut at `cut` bytes of the continuation, for stop strings), frees
-  // the blocks; the caller drops the sequence.
-  void finish(Seq& s, const std::string& reason, const std::string& error = {}, size_t cut = std::string::npos);
-  void emit(Seq& s, bool finished, const std::string& reason, size_t cut = std::string::npos);
-  // Bytes of s.text an event may carry by now (stop-string prefixes held back while running).
-  size_t sendable(const Seq& s, bool finished, size_t cut) const;
-  void detokenize(Seq& s, bool flush);
-  // A resumed request: appends its resumed tokens as the uninterrupted run generated
-  // them, leaving the detokenizer and s.emitted where that run's events had left them.
-  Status prime_resumed(Seq& s);
-  Status step();
-  // DP-attention: the group with the fewest running sequences (the lowest on a tie).
-  int least_loaded_dp_group() const;
-  // The block table of a running sequence (its group's manager).
-  const std::vector<int32_t>& table(const Seq& s) const { return kvm[static_cast<size_t>(s.dp_group)]->table(s.id); }
-  KvBlockManager& manager(const Seq& s) { return *kvm[static_cast<size_t>(s.dp_group)]; }
-  // The root of a sequence's prefix keys: what computes its KV (the engine's key), the
-  // attention group whose pool holds it, and its salt.
-  KvBlockHash prefix_root(const Seq& s, int group) const {
-    return kv_root_hash(core->kv_cache_key + "\ngroup=" + std::to_string(group) + "\nsalt=" + s.req.cache_salt);
-  }
-  // Admits the head of `waiting` if its blocks are free; false (it stays) if not.
-  bool admit(Seq& s);
-  // Takes blocks for this step's decodes; preempts the newest running sequences of a
-  // group while one of its decodes finds none free.
-  void grow_or_preempt();
-  void preempt(Seq& s);
-  // Opens the disk tier and hooks it to the block manager (a failure: a warning, no tier).
-  void open_disk_tier(const KvCacheShape& shape);
-  void publish();
-  // publish() with snap_mu held (a step's counters and its EP bytes change in one update,
-  // so no scrape sees one without the other).
-  void publish_locked();
-  // Copies the EP session's failover counters and the lost experts into the snapshot.
-  void record_failover();
-};
 
 Scheduler::Scheduler(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Scheduler::~Scheduler() = default;
@@ -188,43 +72,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
   const ModelConfig& c = *core.config;
   const KvCacheShape kv = kv_cache_shape(c, core.kv_dtype);
   const size_t bytes_per_token = static_cast<size_t>(c.num_hidden_layers) * kv.bytes_per_token_per_layer();
-  // The memory the weights and the pool may use together; under EP or TP the weights are
-  // split over the ranks (an estimate: weights / world size).
-  const MemoryLimit limit = memory_limit();
-  const int world = std::max(1, core.world_ranks);
-  const double weights = static_cast<double>(core.info->weight_bytes) / world;
-  const double room = o.memory_utilization * static_cast<double>(limit.bytes) - weights;
-  auto gb = [](double b) { return format_fixed(b / 1e9, 2) + " GB"; };
-  int64_t tokens = o.kv_cache_tokens;
-  if (o.kv_cache_memory_bytes > 0) tokens = static_cast<int64_t>(o.kv_cache_memory_bytes / bytes_per_token);
-  const bool derived = tokens == 0;
-  if (derived) {
-    tokens = static_cast<int64_t>(o.max_num_seqs) * c.max_position_embeddings;
-    if (limit.bytes > 0) tokens = std::min<int64_t>(tokens, static_cast<int64_t>(std::max(0.0, room) / bytes_per_token));
-  }
-  const int64_t num_blocks = tokens / o.kv_block_size;
-  if (num_blocks < 1) {
-    if (derived) {
-      return failed_precondition("no room for a KV cache: the weights (" + gb(weights) + ") leave " + gb(room) + " of " +
-                                gb(o.memory_utilization * static_cast<double>(limit.bytes)) + " (memory_utilization " +
-                                format_g(o.memory_utilization) + " of " + gb(static_cast<double>(limit.bytes)) +
-                                ", " + limit.source + "), less than one block of " +
-                                std::to_string(o.kv_block_size) + " tokens (" + gb(o.kv_block_size * bytes_per_token) +
-                                ")");
-    }
-    return invalid_argument("kv_cache_tokens (" + std::to_string(tokens) + ") is smaller than one block of " +
-                            std::to_string(o.kv_block_size) + " tokens");
-  }
-  const double pool_bytes = static_cast<double>(num_blocks) * o.kv_block_size * bytes_per_token;
-  if (limit.bytes > 0 && pool_bytes > room) {
-    return failed_precondition("the KV cache (" + std::to_string(num_blocks * o.kv_block_size) + " tokens, " +
-                              gb(pool_bytes) + ") and the weights (" + gb(weights) + ") need " +
-                              gb(pool_bytes + weights) + ", more than the " +
-                              gb(o.memory_utilization * static_cast<double>(limit.bytes)) +
-                              " this process may use (memory_utilization " + format_g(o.memory_utilization) +
-                              " of " + gb(static_cast<double>(limit.bytes)) + ", " + limit.source +
-                              "): give a smaller kv_cache_tokens or kv_cache_memory_bytes");
-  }
+  MOE_ASSIGN_OR_RETURN(const int64_t num_blocks, scheduler_detail::kv_pool_blocks(o, core, bytes_per_token));
   auto st = std::make_unique<State>();
   st->core = &core;
   st->options = o;
@@ -239,7 +87,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::create(Engine* engine, const Sch
         KvBlockManagerOptions{.num_blocks = num_blocks,
                               .block_size = o.kv_block_size,
                               .enable_prefix_caching = o.enable_prefix_caching,
-                              .hash_for_test = truncated_hash(o.prefix_hash_bits_for_test)}));
+                              .hash_for_test = scheduler_detail::truncated_hash(o.prefix_hash_bits_for_test)}));
   }
   phases.mark("KV pool");
   if (!o.kv_offload_dir.empty()) st->open_disk_tier(kv);
@@ -628,101 +476,6 @@ Status Scheduler::State::step() {
   snap.generation_tokens_total += generated;
   publish_locked();
   return ok_status();
-}
-
-bool Scheduler::State::admit(Seq& s) {
-  const int group = least_loaded_dp_group();
-  KvBlockManager& m = *kvm[static_cast<size_t>(group)];
-  const bool first = s.scheduled_at == 0;
-  // Prompt logprobs need every prompt row's logits: such a request reads no cached
-  // prefix (its blocks are still cached for others), as vLLM does.
-  const bool lookup = s.prompt_logprobs_sent;
-  const std::span<const int32_t> tokens(s.tokens.data(), s.tokens.size());
-  // At least the last token is computed: its logits give the next token.
-  const int64_t hit = m.begin(s.id, tokens, static_cast<int64_t>(s.tokens.size()) - 1, prefix_root(s, group), lookup);
-  const int64_t hold = options.reserve_max_tokens ? s.prompt_len + s.req.max_tokens : s.prefill_len;
-  if (!m.ensure(s.id, hold)) {
-    m.free(s.id);
-    return false;
-  }
-  if (first && lookup) m.record_lookup(s.prompt_len, std::min<int64_t>(hit, s.prompt_len));
-  s.cached = hit;
-  if (first) s.cached_prompt = static_cast<int>(std::min<int64_t>(hit, s.prompt_len));
-  s.dp_group = group;
-  s.admitted = ++admissions;
-  if (first) s.scheduled_at = now_seconds();
-  return true;
-}
-
-void Scheduler::State::preempt(Seq& s) {
-  manager(s).free(s.id);  // its full blocks stay cached: the recompute may hit them
-  s.preempt = true;
-  s.cached = 0;
-  s.prefill_len = static_cast<int64_t>(s.tokens.size());  // prompt + every token so far, then decodes
-  if (!s.prompt_logprobs_sent) {                          // built again from the first row
-    s.prompt_logprobs.clear();
-    s.chunk_logits = {};
-  }
-  ++preemptions;
-}
-
-void Scheduler::State::grow_or_preempt() {
-  for (auto& sp : running) {
-    Seq& s = *sp;
-    if (s.preempt || s.cached < s.prefill_len) continue;  // prefills hold their blocks from admission
-    while (!manager(s).ensure(s.id, s.cached + 1)) {
-      Seq* victim = nullptr;
-      for (auto& o : running) {
-        if (!o->preempt && o->dp_group == s.dp_group && (victim == nullptr || o->admitted > victim->admitted)) {
-          victim = o.get();
-        }
-      }
-      MOE_LOG_DEBUG("scheduler: no free KV block for request {}: preempting request {} ({} tokens, recomputed later)",
-                    s.id, victim->id, victim->tokens.size());
-      preempt(*victim);
-      if (victim == &s) break;
-    }
-  }
-  // The preempted wait at the head of the queue, oldest first, and resume before newer requests.
-  for (auto it = running.rbegin(); it != running.rend(); ++it) {
-    if ((*it)->preempt) {
-      (*it)->preempt = false;
-      waiting.push_front(std::move(*it));
-    }
-  }
-  std::erase_if(running, [](const std::unique_ptr<Seq>& s) { return s == nullptr; });
-}
-
-void Scheduler::State::open_disk_tier(const KvCacheShape& shape) {
-  const KvBlockLayout layout{.model_fingerprint = core->model_fingerprint,
-                             .num_layers = core->config->num_hidden_layers,
-                             .num_kv_heads = shape.heads,
-                             .head_dim = shape.k_dim,
-                             .v_head_dim = shape.v_dim,
-                             .block_size = options.kv_block_size,
-                             .dtype = static_cast<int32_t>(shape.dtype)};
-  auto tier = KvDiskTier::open({.dir = options.kv_offload_dir, .max_bytes = options.kv_offload_bytes, .sync = false},
-                               layout);
-  if (!tier.ok()) {
-    MOE_LOG_WARN("scheduler: serving without the KV disk tier: {}", tier.status().message());
-    return;
-  }
-  disk = std::move(tier).value();
-  block_buf.resize(kv->block_bytes());
-  KvBlockManager& m = *kvm[0];
-  m.on_cached = [this](const KvBlockHash& key, int32_t block, std::span<const int32_t> tokens) {
-    if (disk->contains(key)) return;
-    kv->read_block(block, block_buf);
-    disk->put(key, tokens, block_buf);
-  };
-  m.load_missing = [this](const KvBlockHash& key, std::span<const int32_t> tokens, int32_t block) {
-    if (!disk->contains(key) || !disk->get(key, tokens, block_buf)) return false;
-    kv->write_block(block, block_buf);
-    return true;
-  };
-  const KvDiskTierCounters c = disk->counters();
-  MOE_LOG_INFO("scheduler: KV disk tier {}: {} blocks ({:.1f} MB) found, up to {:.1f} MB", options.kv_offload_dir,
-               c.resident_blocks, c.resident_bytes / 1e6, options.kv_offload_bytes / 1e6);
 }
 
 void Scheduler::State::record_failover() {
