@@ -19,9 +19,11 @@
 #   MOE_FRESH_ROOT    where the root lives (default /var/tmp/moe-fresh-root)
 #   MOE_FRESH_CACHE   where the caches shared with the root live: DIR/apt (downloaded .deb
 #                     files, seeded from the host's /var/cache/apt/archives at create) and
-#                     DIR/npm (npm's cache). Default: /var/cache/moe-fresh-root/apt, which
-#                     survives the host's apt cleaning it own archive (Debian's docker-clean),
-#                     and the host's own ~/.npm
+#                     DIR/npm (npm's cache) and DIR/ccache (compiled objects, so a CI run
+#                     after the first recompiles only what changed; a missing header still
+#                     fails, as ccache preprocesses on a miss). Default:
+#                     /var/cache/moe-fresh-root/{apt,ccache}, which survive the host's apt
+#                     cleaning its own archive (Debian's docker-clean), and the host's ~/.npm
 #   MOE_FRESH_MIRROR  the Debian mirror (default http://deb.debian.org/debian)
 #   MOE_FRESH_MMDEBSTRAP  the mmdebstrap command (default mmdebstrap)
 #
@@ -38,8 +40,10 @@ ROOT=${MOE_FRESH_ROOT:-/var/tmp/moe-fresh-root}
 if [ -n "${MOE_FRESH_CACHE:-}" ]; then
   APT_CACHE=$MOE_FRESH_CACHE/apt
   NPM_CACHE=$MOE_FRESH_CACHE/npm
+  CCACHE_CACHE=$MOE_FRESH_CACHE/ccache
 else
   APT_CACHE=/var/cache/moe-fresh-root/apt
+  CCACHE_CACHE=/var/cache/moe-fresh-root/ccache
   NPM_CACHE=${HOME:-/root}/.npm
 fi
 MIRROR=${MOE_FRESH_MIRROR:-http://deb.debian.org/debian}
@@ -168,7 +172,7 @@ cmd_run() {
     die "$ROOT.partial is half-built (an interrupted create): run '$0 create' again"
   fi
   [ -f "$ROOT/etc/moe-fresh-root" ] || die "no complete root at $ROOT: run '$0 create' first"
-  mkdir -p "$APT_CACHE/partial" "$NPM_CACHE"
+  mkdir -p "$APT_CACHE/partial" "$NPM_CACHE" "$CCACHE_CACHE"
   local workdir=$PWD
   case "$workdir" in "$SRC" | "$SRC"/*) ;; *) workdir=$SRC ;; esac
   # Inside the new namespaces: mount, then chroot with a clean environment (the host's
@@ -182,8 +186,10 @@ cmd_run() {
     [ -z "${!v:-}" ] || pass+=("$v=${!v}")
   done
   [ -z "${NODE_EXTRA_CA_CERTS:-}" ] || pass+=(NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt)
+  # ccache keys on paths relative to the checkout, so a clone elsewhere still hits.
+  pass+=(CCACHE_DIR=/root/.cache/ccache "CCACHE_BASEDIR=$SRC")
   export PASS_ENV_LIST="${pass[*]}"
-  export ROOT APT_CACHE NPM_CACHE SRC SHARED workdir
+  export ROOT APT_CACHE NPM_CACHE CCACHE_CACHE SRC SHARED workdir
   exec unshare --mount --propagation private --pid --fork --kill-child "${net[@]}" -- \
     /bin/bash -c '
       set -e
@@ -192,10 +198,11 @@ cmd_run() {
       mount --rbind /sys "$ROOT/sys"
       mount --rbind /dev "$ROOT/dev"
       mount -t tmpfs -o mode=1777 tmpfs "$ROOT/dev/shm"
-      mkdir -p "$ROOT$SRC" "$ROOT/var/cache/apt/archives" "$ROOT/root/.npm"
+      mkdir -p "$ROOT$SRC" "$ROOT/var/cache/apt/archives" "$ROOT/root/.npm" "$ROOT/root/.cache/ccache"
       mount --bind "$SRC" "$ROOT$SRC"
       mount --bind "$APT_CACHE" "$ROOT/var/cache/apt/archives"
       mount --bind "$NPM_CACHE" "$ROOT/root/.npm"
+      mount --bind "$CCACHE_CACHE" "$ROOT/root/.cache/ccache"
       if [ -d "$SHARED" ]; then  # the shared data next to the checkout, read-only
         mkdir -p "$ROOT$SHARED"
         mount --bind "$SHARED" "$ROOT$SHARED"
